@@ -1,0 +1,205 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeClock records sleeps instead of sleeping; tests stay exact and fast.
+type fakeClock struct {
+	mu     sync.Mutex // guards now and sleeps
+	now    time.Time
+	sleeps []time.Duration
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sleeps = append(c.sleeps, d)
+	c.now = c.now.Add(d)
+	return nil
+}
+
+func (c *fakeClock) Sleeps() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.sleeps...)
+}
+
+// step is what the scripted server does with one request.
+type step struct {
+	status int
+	header http.Header
+	body   string
+	hangup bool          // read the request, then close the connection without answering
+	delay  time.Duration // sleep before answering
+}
+
+func answer(status int, kv ...string) step {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return step{status: status, header: h}
+}
+
+var hangup = step{hangup: true}
+
+// seen is one request as the scripted server saw it.
+type seen struct {
+	method, key, auth, body string
+	header                  http.Header
+}
+
+// scripted is a loopback server that answers requests from a script; past
+// its end it answers 200.
+type scripted struct {
+	*httptest.Server
+	mu    sync.Mutex // guards steps and reqs
+	steps []step
+	reqs  []seen
+	conns atomic.Int32
+}
+
+func newScripted(t *testing.T, steps ...step) *scripted {
+	t.Helper()
+	s := &scripted{steps: steps}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *scripted) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.reqs = append(s.reqs, seen{method: r.Method, key: r.Header.Get("Idempotency-Key"), auth: r.Header.Get("Authorization"), body: string(body), header: r.Header.Clone()})
+	st := step{status: 200}
+	if len(s.steps) > 0 {
+		st, s.steps = s.steps[0], s.steps[1:]
+	}
+	s.mu.Unlock()
+	if st.delay > 0 {
+		select {
+		case <-time.After(st.delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if st.hangup {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	for k, vs := range st.header {
+		w.Header()[k] = vs
+	}
+	if st.status == 0 {
+		st.status = 200
+	}
+	w.WriteHeader(st.status)
+	io.WriteString(w, st.body)
+}
+
+func (s *scripted) Requests() []seen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]seen(nil), s.reqs...)
+}
+
+// refusingDialer refuses the first n dials with ECONNREFUSED, then dials.
+type refusingDialer struct {
+	left atomic.Int32
+	d    net.Dialer
+}
+
+func (r *refusingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if r.left.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.AddrError{Err: syscall.ECONNREFUSED.Error(), Addr: addr}}
+	}
+	return r.d.DialContext(ctx, network, addr)
+}
+
+// httpClient returns a client with its own transport, so that tests do not
+// share pooled connections.
+func httpClient(t *testing.T, dial func(context.Context, string, string) (net.Conn, error)) *http.Client {
+	t.Helper()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if dial != nil {
+		tr.DialContext = dial
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// testClient returns a Client on a fake clock with jitter pinned to the
+// middle, so waits equal the base schedule.
+func testClient(t *testing.T, hc *http.Client) (*Client, *fakeClock) {
+	clk := newFakeClock()
+	if hc == nil {
+		hc = httpClient(t, nil)
+	}
+	return &Client{HTTPClient: hc, clock: clk, rand: func() float64 { return 0.5 }}, clk
+}
+
+func mustIntent(t *testing.T, method, url string, body string, opts ...IntentOption) *Intent {
+	t.Helper()
+	var b []byte
+	if body != "" {
+		b = []byte(body)
+	}
+	in, err := NewIntent(method, url, b, opts...)
+	if err != nil {
+		t.Fatalf("NewIntent: %v", err)
+	}
+	return in
+}
+
+func classes(atts []Attempt) []Class {
+	out := make([]Class, len(atts))
+	for i, a := range atts {
+		out[i] = a.Class
+	}
+	return out
+}
+
+func asError(t *testing.T, err error) *Error {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not an *idem.Error", err, err)
+	}
+	return e
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

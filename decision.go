@@ -1,0 +1,310 @@
+package idem
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// MethodQuery is the safe, idempotent QUERY method: a GET with a body.
+const MethodQuery = "QUERY"
+
+// IsSafe reports whether method is safe (RFC 9110 9.2.1): it requests no
+// change of state. GET, HEAD, OPTIONS, TRACE and QUERY are safe.
+func IsSafe(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, MethodQuery:
+		return true
+	}
+	return false
+}
+
+// IsIdempotent reports whether method is idempotent (RFC 9110 9.2.2): the safe
+// methods, PUT and DELETE. Any other method, POST, PATCH, CONNECT or an
+// extension method, is not.
+func IsIdempotent(method string) bool {
+	return IsSafe(method) || method == http.MethodPut || method == http.MethodDelete
+}
+
+// Class is what one attempt's result proves about the server's state.
+type Class uint8
+
+// The classes of an attempt. The zero Class is not a valid class.
+const (
+	// ClassApplied: a 2xx answer, or 303 or 304. The operation took effect.
+	ClassApplied Class = iota + 1
+	// ClassAlreadyApplied: DELETE answered 404 or 410 where DeletePolicy
+	// reads that as "already deleted".
+	ClassAlreadyApplied
+	// ClassNeverSent: no request headers reached a connection (dial refused,
+	// DNS, TLS, invalid request). The server cannot have acted.
+	ClassNeverSent
+	// ClassNotProcessed: the server answered that it did not process the
+	// request and may later: 408, 425, 429, or 409 for a keyed request (the
+	// same key is in flight).
+	ClassNotProcessed
+	// ClassAmbiguous: the request may have reached the server and no
+	// complete answer came back (timeout, reset, EOF), or a 5xx.
+	ClassAmbiguous
+	// ClassKeyReused: 422 for a keyed request: the server holds this key for
+	// another payload. A client bug, never retried.
+	ClassKeyReused
+	// ClassRejected: any other 4xx, and 3xx other than 303 and 304: the
+	// server declined the request before acting on it.
+	ClassRejected
+)
+
+func (c Class) String() string {
+	switch c {
+	case ClassApplied:
+		return "applied"
+	case ClassAlreadyApplied:
+		return "already applied"
+	case ClassNeverSent:
+		return "never sent"
+	case ClassNotProcessed:
+		return "not processed"
+	case ClassAmbiguous:
+		return "ambiguous"
+	case ClassKeyReused:
+		return "key reused"
+	case ClassRejected:
+		return "rejected"
+	}
+	return fmt.Sprintf("Class(%d)", uint8(c))
+}
+
+// DeletePolicy says when a DELETE answered 404 or 410 counts as done.
+type DeletePolicy uint8
+
+const (
+	// DeleteAfterAmbiguous, the zero value, reads 404 and 410 as "already
+	// deleted" only after an earlier ambiguous attempt of the same intent:
+	// that attempt is then the likely deleter. On a first attempt 404 means
+	// what it says.
+	DeleteAfterAmbiguous DeletePolicy = iota
+	// DeleteAlways reads every 404 or 410 to a DELETE as "already deleted".
+	DeleteAlways
+	// DeleteNever reads 404 and 410 as rejections.
+	DeleteNever
+)
+
+func (p DeletePolicy) String() string {
+	switch p {
+	case DeleteAfterAmbiguous:
+		return "after-ambiguous"
+	case DeleteAlways:
+		return "always"
+	case DeleteNever:
+		return "never"
+	}
+	return fmt.Sprintf("DeletePolicy(%d)", uint8(p))
+}
+
+// Wire records what one attempt put on the wire, as net/http/httptrace
+// reported it.
+type Wire struct {
+	// Conns counts the connections obtained. It exceeds 1 when net/http
+	// itself resent the request on a fresh connection, as it does for
+	// replayable requests after a reused connection failed.
+	Conns int
+	// WroteHeaders reports that the request headers were written to a
+	// connection: from then on the server may have acted.
+	WroteHeaders bool
+	// WroteRequest reports that the whole request was written.
+	WroteRequest bool
+	// GotResponse reports that the first byte of a response arrived.
+	GotResponse bool
+}
+
+// MayHaveReachedServer reports whether the request may have reached the
+// server: its headers were written to a connection.
+func (w Wire) MayHaveReachedServer() bool { return w.WroteHeaders }
+
+// Facts are what is known about one attempt: the input of Classify and Decide.
+type Facts struct {
+	// Method is the request method.
+	Method string
+	// HasKey reports whether the request carried an idempotency key.
+	HasKey bool
+	// Wire is what reached the wire.
+	Wire Wire
+	// Err is the transport error; nil when a response arrived.
+	Err error
+	// Status is the response status; ignored when Err is not nil.
+	Status int
+	// Header is the response header; nil when there is none.
+	Header http.Header
+	// EarlierAmbiguous reports that an earlier attempt of the same intent
+	// was ambiguous.
+	EarlierAmbiguous bool
+	// DeletePolicy says how a DELETE answered 404 or 410 is read.
+	DeletePolicy DeletePolicy
+}
+
+// Classify returns the class of one attempt. It performs no I/O and reads no
+// clock.
+//
+// An HTTP/2 stream the server refused (REFUSED_STREAM) or left above a
+// GOAWAY's last stream id was never processed; net/http resends those itself
+// when the body can be replayed, which it always can for an Intent, so they
+// reach Classify only as a later outcome of the same attempt.
+func Classify(f Facts) Class {
+	if f.Err != nil {
+		if !f.Wire.MayHaveReachedServer() {
+			return ClassNeverSent
+		}
+		return ClassAmbiguous
+	}
+	s := f.Status
+	switch {
+	case s >= 200 && s <= 299, s == http.StatusSeeOther, s == http.StatusNotModified:
+		return ClassApplied
+	case s >= 300 && s <= 399:
+		return ClassRejected
+	case (s == http.StatusNotFound || s == http.StatusGone) && f.Method == http.MethodDelete:
+		return deleteGone(f)
+	case s == http.StatusRequestTimeout, s == http.StatusTooEarly, s == http.StatusTooManyRequests:
+		return ClassNotProcessed
+	case s == http.StatusConflict && f.HasKey:
+		return ClassNotProcessed
+	case s == http.StatusUnprocessableEntity && f.HasKey:
+		return ClassKeyReused
+	case s >= 400 && s <= 499:
+		return ClassRejected
+	}
+	// 5xx, and anything outside the defined ranges: a doubt is ambiguous.
+	return ClassAmbiguous
+}
+
+func deleteGone(f Facts) Class {
+	switch f.DeletePolicy {
+	case DeleteAlways:
+		return ClassAlreadyApplied
+	case DeleteNever:
+		return ClassRejected
+	}
+	if f.EarlierAmbiguous {
+		return ClassAlreadyApplied
+	}
+	return ClassRejected
+}
+
+// Action is what to do after an attempt.
+type Action uint8
+
+const (
+	// ActionDone ends with success: the operation is applied.
+	ActionDone Action = iota + 1
+	// ActionRetry makes another attempt, subject to policy, budget and
+	// context.
+	ActionRetry
+	// ActionStop ends without success.
+	ActionStop
+)
+
+func (a Action) String() string {
+	switch a {
+	case ActionDone:
+		return "done"
+	case ActionRetry:
+		return "retry"
+	case ActionStop:
+		return "stop"
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
+
+// Decision is the verdict on one attempt.
+type Decision struct {
+	// Class is the attempt's class.
+	Class Class
+	// Action says whether to finish, retry or stop.
+	Action Action
+	// Outcome is the outcome of the intent if it ends after this attempt.
+	Outcome Outcome
+	// Reason says why the intent stops, for ActionStop; empty otherwise.
+	Reason string
+	// Cause is the sentinel error matching Reason, for ActionStop: ErrNoKey,
+	// ErrKeyReused, ErrServerSaidStop, or nil for a plain rejection.
+	Cause error
+}
+
+// Decide classifies an attempt and decides what follows, as the decision
+// table of the package documentation says. Like Classify it is a pure
+// function.
+func Decide(f Facts) Decision {
+	c := Classify(f)
+	d := Decision{Class: c, Outcome: outcomeAfter(c, f.EarlierAmbiguous)}
+	switch c {
+	case ClassApplied, ClassAlreadyApplied:
+		d.Action = ActionDone
+		return d
+	case ClassNeverSent, ClassNotProcessed:
+		d.Action = ActionRetry
+	case ClassAmbiguous:
+		if f.HasKey || IsIdempotent(f.Method) {
+			d.Action = ActionRetry
+		} else {
+			d.Action, d.Cause = ActionStop, ErrNoKey
+			d.Reason = "not retried: " + f.Method + " without key"
+		}
+	case ClassKeyReused:
+		d.Action, d.Cause = ActionStop, ErrKeyReused
+		d.Reason = "server holds this key for another payload (422)"
+		return d // a hint cannot make a reused key right
+	case ClassRejected:
+		d.Action = ActionStop
+		d.Reason = fmt.Sprintf("rejected (%d)", f.Status)
+		if f.Status == http.StatusPreconditionFailed && f.EarlierAmbiguous {
+			d.Reason = "precondition failed (412) after an ambiguous attempt: that attempt may be the write that moved the validator"
+		}
+	}
+	applyHint(&d, f)
+	return d
+}
+
+// applyHint lets a server's explicit retry hint override the table.
+func applyHint(d *Decision, f Facts) {
+	if f.Err != nil {
+		return
+	}
+	switch strings.ToLower(strings.TrimSpace(f.Header.Get("Stripe-Should-Retry"))) {
+	case "true":
+		d.Action, d.Reason, d.Cause = ActionRetry, "", nil
+	case "false":
+		if d.Action == ActionRetry {
+			d.Action, d.Cause = ActionStop, ErrServerSaidStop
+			d.Reason = "server said not to retry (Stripe-Should-Retry: false)"
+		}
+	}
+}
+
+// outcomeAfter is the outcome of an intent whose last attempt has class c.
+// Once an attempt was ambiguous, only a success settles the question: a later
+// 4xx proves that attempt was not applied, not that the earlier one was not
+// (credentials may have expired, a rate limiter may answer before the
+// idempotency layer).
+func outcomeAfter(c Class, earlierAmbiguous bool) Outcome {
+	switch {
+	case c == ClassApplied:
+		return Applied
+	case c == ClassAlreadyApplied:
+		return AlreadyApplied
+	case c == ClassAmbiguous || earlierAmbiguous:
+		return Unknown
+	}
+	return NotApplied
+}
+
+// IsReplayed reports whether a response says it is a replay of a stored
+// answer, in any of the spellings deployed servers use: Idempotent-Replayed,
+// Idempotency-Replayed or X-Idempotent-Replayed, with the value true.
+func IsReplayed(h http.Header) bool {
+	for _, name := range [...]string{"Idempotent-Replayed", "Idempotency-Replayed", "X-Idempotent-Replayed"} {
+		if v := h.Get(name); v != "" && strings.EqualFold(strings.TrimSpace(v), "true") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,303 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// allMethods is every method of RFC 9110, PATCH, and QUERY.
+var allMethods = []string{"GET", "HEAD", "OPTIONS", "TRACE", "QUERY", "PUT", "DELETE", "POST", "PATCH", "CONNECT"}
+
+// retryRule is the "retry?" column of the decision table in DESIGN.md.
+type retryRule int
+
+const (
+	done           retryRule = iota // success
+	retryAny                        // retry, any method
+	retryIdemOrKey                  // retry when safe/idempotent or keyed, else stop with ErrNoKey
+	stop                            // stop
+)
+
+var errIO = errors.New("read: connection reset by peer")
+
+// scenario is one way an attempt can end.
+type scenario struct {
+	name   string
+	err    error
+	wire   Wire
+	status int
+	header http.Header
+}
+
+func status(code int) scenario { return scenario{name: fmt.Sprint(code), status: code} }
+
+// TestDecideTable checks every row of the decision table for every method,
+// with and without key, with and without an earlier ambiguous attempt.
+func TestDecideTable(t *testing.T) {
+	neverSentNoConn := scenario{name: "dial refused", err: errIO}
+	neverSentConn := scenario{name: "conn but no headers", err: errIO, wire: Wire{Conns: 1}}
+	ambiguousRead := scenario{name: "reset after headers", err: errIO, wire: Wire{Conns: 1, WroteHeaders: true}}
+	ambiguousTimeout := scenario{name: "timeout after request", err: errIO, wire: Wire{Conns: 1, WroteHeaders: true, WroteRequest: true}}
+
+	type row struct {
+		sc      scenario
+		keyed   []bool // the key variants this row covers
+		class   Class
+		rule    retryRule
+		methods []string // nil: all
+	}
+	both := []bool{false, true}
+	rows := []row{
+		// Applied: 2xx, and 303/304.
+		{status(200), both, ClassApplied, done, nil},
+		{status(201), both, ClassApplied, done, nil},
+		{status(202), both, ClassApplied, done, nil},
+		{status(204), both, ClassApplied, done, nil},
+		{status(299), both, ClassApplied, done, nil},
+		{status(303), both, ClassApplied, done, nil},
+		{status(304), both, ClassApplied, done, nil},
+		// NeverSent: any method.
+		{neverSentNoConn, both, ClassNeverSent, retryAny, nil},
+		{neverSentConn, both, ClassNeverSent, retryAny, nil},
+		// NotProcessed: 408, 425, 429 any; 409 only keyed.
+		{status(408), both, ClassNotProcessed, retryAny, nil},
+		{status(425), both, ClassNotProcessed, retryAny, nil},
+		{status(429), both, ClassNotProcessed, retryAny, nil},
+		{status(409), []bool{true}, ClassNotProcessed, retryAny, nil},
+		// Ambiguous: transport errors after headers, and 5xx.
+		{ambiguousRead, both, ClassAmbiguous, retryIdemOrKey, nil},
+		{ambiguousTimeout, both, ClassAmbiguous, retryIdemOrKey, nil},
+		{status(500), both, ClassAmbiguous, retryIdemOrKey, nil},
+		{status(502), both, ClassAmbiguous, retryIdemOrKey, nil},
+		{status(503), both, ClassAmbiguous, retryIdemOrKey, nil},
+		{status(504), both, ClassAmbiguous, retryIdemOrKey, nil},
+		{status(501), both, ClassAmbiguous, retryIdemOrKey, nil},
+		{status(599), both, ClassAmbiguous, retryIdemOrKey, nil},
+		{status(0), both, ClassAmbiguous, retryIdemOrKey, nil},
+		{status(600), both, ClassAmbiguous, retryIdemOrKey, nil},
+		// KeyReused: 422 keyed.
+		{status(422), []bool{true}, ClassKeyReused, stop, nil},
+		// Rejected: other 4xx, 409/422 unkeyed, 3xx other than 303/304.
+		{status(400), both, ClassRejected, stop, nil},
+		{status(401), both, ClassRejected, stop, nil},
+		{status(403), both, ClassRejected, stop, nil},
+		{status(412), both, ClassRejected, stop, nil},
+		{status(409), []bool{false}, ClassRejected, stop, nil},
+		{status(422), []bool{false}, ClassRejected, stop, nil},
+		{status(301), both, ClassRejected, stop, nil},
+		{status(307), both, ClassRejected, stop, nil},
+		{status(308), both, ClassRejected, stop, nil},
+		{status(404), both, ClassRejected, stop, without("DELETE")},
+		{status(410), both, ClassRejected, stop, without("DELETE")},
+	}
+	for _, r := range rows {
+		methods := r.methods
+		if methods == nil {
+			methods = allMethods
+		}
+		for _, m := range methods {
+			for _, keyed := range r.keyed {
+				for _, earlier := range []bool{false, true} {
+					name := fmt.Sprintf("%s/%s/key=%v/earlierAmbiguous=%v", r.sc.name, m, keyed, earlier)
+					t.Run(name, func(t *testing.T) {
+						f := Facts{Method: m, HasKey: keyed, Wire: r.sc.wire, Err: r.sc.err, Status: r.sc.status, EarlierAmbiguous: earlier}
+						d := Decide(f)
+						assert.Equal(t, r.class, d.Class, "class")
+						assert.Equal(t, r.class, Classify(f), "Classify disagrees with Decide")
+						wantAction, wantCause := expectAction(r.rule, m, keyed)
+						assert.Equal(t, wantAction, d.Action, "action")
+						if wantCause != nil {
+							assert.ErrorIs(t, d.Cause, wantCause)
+						}
+						assert.Equal(t, expectOutcome(r.class, earlier), d.Outcome, "outcome")
+						if d.Action == ActionStop {
+							assert.NotEmpty(t, d.Reason, "a stop must say why")
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+func expectAction(r retryRule, method string, keyed bool) (Action, error) {
+	switch r {
+	case done:
+		return ActionDone, nil
+	case retryAny:
+		return ActionRetry, nil
+	case retryIdemOrKey:
+		switch method {
+		case "GET", "HEAD", "OPTIONS", "TRACE", "QUERY", "PUT", "DELETE":
+			return ActionRetry, nil
+		}
+		if keyed {
+			return ActionRetry, nil
+		}
+		return ActionStop, ErrNoKey
+	}
+	return ActionStop, nil
+}
+
+// expectOutcome states the outcome contract independently of outcomeAfter.
+func expectOutcome(c Class, earlierAmbiguous bool) Outcome {
+	if c == ClassApplied {
+		return Applied
+	}
+	if c == ClassAlreadyApplied {
+		return AlreadyApplied
+	}
+	if c == ClassAmbiguous {
+		return Unknown
+	}
+	if earlierAmbiguous {
+		return Unknown
+	}
+	return NotApplied
+}
+
+func without(m string) []string {
+	var out []string
+	for _, x := range allMethods {
+		if x != m {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func TestDecideDeletePolicy(t *testing.T) {
+	tests := []struct {
+		policy  DeletePolicy
+		status  int
+		earlier bool
+		want    Class
+		outcome Outcome
+	}{
+		{DeleteAfterAmbiguous, 404, false, ClassRejected, NotApplied},
+		{DeleteAfterAmbiguous, 404, true, ClassAlreadyApplied, AlreadyApplied},
+		{DeleteAfterAmbiguous, 410, false, ClassRejected, NotApplied},
+		{DeleteAfterAmbiguous, 410, true, ClassAlreadyApplied, AlreadyApplied},
+		{DeleteAlways, 404, false, ClassAlreadyApplied, AlreadyApplied},
+		{DeleteAlways, 410, true, ClassAlreadyApplied, AlreadyApplied},
+		{DeleteNever, 404, true, ClassRejected, Unknown},
+		{DeleteNever, 410, false, ClassRejected, NotApplied},
+	}
+	for _, tt := range tests {
+		for _, keyed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/%d/earlier=%v/key=%v", tt.policy, tt.status, tt.earlier, keyed), func(t *testing.T) {
+				d := Decide(Facts{Method: "DELETE", HasKey: keyed, Status: tt.status, EarlierAmbiguous: tt.earlier, DeletePolicy: tt.policy})
+				assert.Equal(t, tt.want, d.Class)
+				assert.Equal(t, tt.outcome, d.Outcome)
+				if tt.want == ClassAlreadyApplied {
+					assert.Equal(t, ActionDone, d.Action)
+				} else {
+					assert.Equal(t, ActionStop, d.Action)
+				}
+			})
+		}
+	}
+	// The policy concerns DELETE alone.
+	d := Decide(Facts{Method: "GET", Status: 404, DeletePolicy: DeleteAlways, EarlierAmbiguous: true})
+	assert.Equal(t, ClassRejected, d.Class)
+}
+
+func TestDecide412AfterAmbiguousFlagged(t *testing.T) {
+	d := Decide(Facts{Method: "PUT", HasKey: true, Status: 412, EarlierAmbiguous: true})
+	assert.Equal(t, ActionStop, d.Action)
+	assert.Equal(t, Unknown, d.Outcome)
+	assert.Contains(t, d.Reason, "may be the write that moved")
+
+	d = Decide(Facts{Method: "PUT", HasKey: true, Status: 412})
+	assert.Equal(t, NotApplied, d.Outcome)
+	assert.NotContains(t, d.Reason, "may be the write")
+}
+
+func TestDecideServerHint(t *testing.T) {
+	hint := func(v string) http.Header { return http.Header{"Stripe-Should-Retry": {v}} }
+	tests := []struct {
+		name   string
+		f      Facts
+		action Action
+		cause  error
+	}{
+		{"false stops a keyed 503", Facts{Method: "POST", HasKey: true, Status: 503, Header: hint("false")}, ActionStop, ErrServerSaidStop},
+		{"false stops a 429", Facts{Method: "GET", Status: 429, Header: hint("false")}, ActionStop, ErrServerSaidStop},
+		{"true allows a 400", Facts{Method: "POST", HasKey: true, Status: 400, Header: hint("true")}, ActionRetry, nil},
+		{"true allows a keyless POST 500", Facts{Method: "POST", Status: 500, Header: hint("True")}, ActionRetry, nil},
+		{"true cannot fix a reused key", Facts{Method: "POST", HasKey: true, Status: 422, Header: hint("true")}, ActionStop, ErrKeyReused},
+		{"false does not undo a success", Facts{Method: "POST", HasKey: true, Status: 201, Header: hint("false")}, ActionDone, nil},
+		{"garbage is ignored", Facts{Method: "POST", HasKey: true, Status: 503, Header: hint("maybe")}, ActionRetry, nil},
+		{"no header on transport errors", Facts{Method: "POST", HasKey: true, Err: errIO, Wire: Wire{WroteHeaders: true}, Header: hint("false")}, ActionRetry, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(tt.f)
+			assert.Equal(t, tt.action, d.Action)
+			if tt.cause != nil {
+				assert.ErrorIs(t, d.Cause, tt.cause)
+			} else if d.Action != ActionStop {
+				assert.Nil(t, d.Cause)
+			}
+		})
+	}
+}
+
+func TestMethodProperties(t *testing.T) {
+	tests := []struct {
+		method           string
+		safe, idempotent bool
+	}{
+		{"GET", true, true}, {"HEAD", true, true}, {"OPTIONS", true, true}, {"TRACE", true, true},
+		{"QUERY", true, true}, {"PUT", false, true}, {"DELETE", false, true},
+		{"POST", false, false}, {"PATCH", false, false}, {"CONNECT", false, false},
+		{"get", false, false}, {"FROB", false, false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.safe, IsSafe(tt.method), "IsSafe(%q)", tt.method)
+		assert.Equal(t, tt.idempotent, IsIdempotent(tt.method), "IsIdempotent(%q)", tt.method)
+	}
+}
+
+func TestIsReplayed(t *testing.T) {
+	tests := []struct {
+		h    http.Header
+		want bool
+	}{
+		{http.Header{"Idempotent-Replayed": {"true"}}, true},
+		{http.Header{"Idempotency-Replayed": {"TRUE"}}, true},
+		{http.Header{"X-Idempotent-Replayed": {" true "}}, true},
+		{http.Header{"Idempotent-Replayed": {"false"}}, false},
+		{http.Header{"Idempotent-Replayed": {"?1"}}, false},
+		{http.Header{}, false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, IsReplayed(tt.h), "IsReplayed(%v)", tt.h)
+	}
+}
+
+func TestStringers(t *testing.T) {
+	for c := ClassApplied; c <= ClassRejected; c++ {
+		assert.NotContains(t, c.String(), "Class(", "class %d has no name", c)
+	}
+	assert.Equal(t, "Class(0)", Class(0).String())
+	for _, o := range []Outcome{Unknown, Applied, AlreadyApplied, NotApplied} {
+		assert.NotContains(t, o.String(), "Outcome(")
+	}
+	assert.Equal(t, "Outcome(9)", Outcome(9).String())
+	for _, a := range []Action{ActionDone, ActionRetry, ActionStop} {
+		assert.NotContains(t, a.String(), "Action(")
+	}
+	assert.Equal(t, "Action(0)", Action(0).String())
+	for _, p := range []DeletePolicy{DeleteAfterAmbiguous, DeleteAlways, DeleteNever} {
+		assert.NotContains(t, p.String(), "DeletePolicy(")
+	}
+	assert.Equal(t, "DeletePolicy(7)", DeletePolicy(7).String())
+	assert.True(t, Applied.Succeeded() && AlreadyApplied.Succeeded())
+	assert.False(t, Unknown.Succeeded() || NotApplied.Succeeded())
+}

@@ -1,0 +1,157 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Outcome is what the caller is told about an intent: whether the operation
+// took effect at the server.
+type Outcome uint8
+
+const (
+	// Unknown, the zero Outcome, means an attempt may have reached the server
+	// and no later answer settled whether it took effect. The caller must
+	// reconcile (read the resource, ask the server) rather than resubmit the
+	// operation under a new key.
+	Unknown Outcome = iota
+	// Applied means the server answered with success. Result.Replayed tells
+	// whether the answer was a stored one.
+	Applied
+	// AlreadyApplied means the server answered that the goal is reached: a
+	// DELETE answered 404 or 410 after an ambiguous attempt.
+	AlreadyApplied
+	// NotApplied means the server did not act: every attempt was never sent
+	// or not processed, or the server rejected the request. The caller may
+	// create a new intent.
+	NotApplied
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Unknown:
+		return "outcome unknown"
+	case Applied:
+		return "applied"
+	case AlreadyApplied:
+		return "already applied"
+	case NotApplied:
+		return "not applied"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Succeeded reports whether o is Applied or AlreadyApplied.
+func (o Outcome) Succeeded() bool { return o == Applied || o == AlreadyApplied }
+
+// Sentinel errors. Match them with errors.Is; an *Error wraps the outcome's
+// sentinel (ErrOutcomeUnknown or ErrNotApplied) and the reason's.
+var (
+	// ErrOutcomeUnknown is wrapped by an *Error whose Outcome is Unknown.
+	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
+	// ErrNotApplied is wrapped by an *Error whose Outcome is NotApplied.
+	ErrNotApplied = errors.New("idem: not applied")
+	// ErrKeyReused is returned when the server answered 422 to a keyed
+	// request: it holds the key for another payload. It is a client bug: two
+	// different operations were given the same key.
+	ErrKeyReused = errors.New("idem: idempotency key reused with another payload")
+	// ErrNoKey is returned when an ambiguous attempt of a method that is not
+	// idempotent (POST, PATCH) cannot be retried because the intent has no
+	// key.
+	ErrNoKey = errors.New("idem: not idempotent and no key")
+	// ErrAttemptsExhausted is returned when the policy's attempts or elapsed
+	// time ran out before a definitive answer.
+	ErrAttemptsExhausted = errors.New("idem: attempts exhausted")
+	// ErrBudgetExhausted is returned when the Client's retry budget refused a
+	// retry: the server has been failing and retries would add to its load.
+	ErrBudgetExhausted = errors.New("idem: retry budget exhausted")
+	// ErrRetryAfterTooLong is returned when the server asked to wait longer
+	// than Policy.MaxRetryAfter; Error.RetryAfter holds the wait.
+	ErrRetryAfterTooLong = errors.New("idem: Retry-After beyond the cap")
+	// ErrServerSaidStop is returned when a server hint (Stripe-Should-Retry:
+	// false) forbade a retry.
+	ErrServerSaidStop = errors.New("idem: server said not to retry")
+
+	// ErrInvalidIntent is returned by NewIntent and UnmarshalBinary for a bad
+	// method, URL, header, lane or encoding, and by Client.Do for a nil
+	// intent.
+	ErrInvalidIntent = errors.New("idem: invalid intent")
+	// ErrInvalidKey is returned for an idempotency key that is empty, longer
+	// than MaxKeyLen, or holds a character outside visible ASCII or one of
+	// '"', '\', ','.
+	ErrInvalidKey = errors.New("idem: invalid idempotency key")
+	// ErrSecretHeader is returned when a credential header is given to an
+	// intent; credentials belong in Client.Authorize.
+	ErrSecretHeader = errors.New("idem: secret header in intent")
+	// ErrBodyTooLarge is returned for a body over MaxBodyBytes.
+	ErrBodyTooLarge = errors.New("idem: body too large")
+	// ErrInvalidPolicy is returned by Client.Do when the Client's Policy has a
+	// negative field.
+	ErrInvalidPolicy = errors.New("idem: invalid policy")
+)
+
+// Error is returned by Client.Do when an intent ended without a definitive
+// answer or with a protocol violation. It tells what is known: the Outcome,
+// why the client stopped, and the attempts.
+type Error struct {
+	// Method and URL identify the intent.
+	Method, URL string
+	// Outcome is NotApplied or Unknown.
+	Outcome Outcome
+	// Reason says why no further attempt was made.
+	Reason string
+	// Status is the last response's status; 0 when the last attempt got no
+	// response.
+	Status int
+	// RetryAfter is the wait the server asked for, when ErrRetryAfterTooLong
+	// ended the intent; a queue uses it as the next attempt time.
+	RetryAfter time.Duration
+	// Attempts is the trail, first attempt first.
+	Attempts []Attempt
+	// Err is the cause: a sentinel such as ErrNoKey or ErrBudgetExhausted,
+	// the context's error, or the last transport error.
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "idem: %s %s: %s", e.Method, e.URL, e.Outcome)
+	if e.Reason != "" {
+		b.WriteString(", ")
+		b.WriteString(e.Reason)
+	}
+	n := len(e.Attempts)
+	fmt.Fprintf(&b, " (%d attempt", n)
+	if n != 1 {
+		b.WriteByte('s')
+	}
+	if n > 0 {
+		b.WriteString("; last: ")
+		b.WriteString(e.Attempts[n-1].String())
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// Unwrap returns the outcome's sentinel, the cause and the last attempt's
+// transport error, so that errors.Is matches any of them.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 3)
+	switch e.Outcome {
+	case Unknown:
+		errs = append(errs, ErrOutcomeUnknown)
+	case NotApplied:
+		errs = append(errs, ErrNotApplied)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	if n := len(e.Attempts); n > 0 {
+		if last := e.Attempts[n-1].Err; last != nil && last != e.Err {
+			errs = append(errs, last)
+		}
+	}
+	return errs
+}

@@ -1,0 +1,356 @@
+package idem
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// MaxBodyBytes is the largest body an Intent holds. An intent keeps its body in
+// memory (and a queue keeps it on disk) so that every attempt is byte-identical;
+// larger uploads belong in a dedicated upload protocol, not in a retried request.
+const MaxBodyBytes = 8 << 20
+
+// MaxKeyLen is the longest idempotency key accepted, in bytes.
+const MaxKeyLen = 255
+
+// maxLaneLen bounds a lane name; lanes are ordering keys, not payloads.
+const maxLaneLen = 255
+
+// Intent is one logical operation: what the application meant to do once, such
+// as "charge this card for this order". It carries the method, URL, body bytes,
+// non-secret headers and, for methods that are not safe, the idempotency key
+// that every attempt presents. The key is fixed when the Intent is created, so
+// a retry, a restart or a resend from a queue is recognised by the server as
+// the same operation.
+//
+// Create an Intent where the intent is born (the user pressed "Pay"), never in
+// a retry loop or a transport. An Intent is safe for concurrent use: its fields
+// are immutable except FirstSentAt, which a Client records atomically.
+type Intent struct {
+	method    string
+	url       string
+	header    http.Header
+	body      []byte
+	key       string
+	lane      string
+	createdAt time.Time
+
+	// firstSentAt is the UnixNano time of the first attempt that may have
+	// reached the server; zero when none has.
+	firstSentAt atomic.Int64
+}
+
+// IntentOption configures NewIntent.
+type IntentOption func(*intentConfig) error
+
+type intentConfig struct {
+	key    string
+	hasKey bool
+	noKey  bool
+	header http.Header
+	lane   string
+	now    time.Time
+}
+
+// WithKey supplies the idempotency key instead of generating one; use it when
+// the key was born earlier (an upstream request's key, a key stored with an
+// order). The key must be 1 to 255 visible ASCII characters without '"', '\'
+// or ','. Safe methods (GET, HEAD, OPTIONS, TRACE, QUERY) carry no key, so
+// NewIntent refuses WithKey for them.
+func WithKey(key string) IntentOption {
+	return func(c *intentConfig) error {
+		if err := ValidateKey(key); err != nil {
+			return err
+		}
+		c.key, c.hasKey, c.noKey = key, true, false
+		return nil
+	}
+}
+
+// WithoutKey makes an intent of a method that is not safe carry no key, for
+// a server that does not support idempotency keys. Such an intent is sent
+// like any other, but after an ambiguous attempt a POST or PATCH is never
+// retried (ErrNoKey): nothing would stop the server applying it twice.
+func WithoutKey() IntentOption {
+	return func(c *intentConfig) error {
+		c.key, c.hasKey, c.noKey = "", false, true
+		return nil
+	}
+}
+
+// WithHeader adds a header sent on every attempt. Credentials (Authorization,
+// Cookie, Proxy-Authorization) are refused with ErrSecretHeader: they are
+// added per attempt by Client.Authorize, so a queued intent never stores a
+// secret and is sent with fresh credentials. Headers net/http manages itself
+// (Host, Content-Length, Transfer-Encoding, Connection) and the idempotency
+// key header (use WithKey) are refused too.
+func WithHeader(name, value string) IntentOption {
+	return func(c *intentConfig) error {
+		if err := checkHeader(name, value); err != nil {
+			return err
+		}
+		if c.header == nil {
+			c.header = make(http.Header)
+		}
+		c.header.Add(name, value)
+		return nil
+	}
+}
+
+// WithLane names the ordering lane of the intent: a queue delivers intents of
+// one lane in order and drains lanes in parallel. The empty lane is the
+// default, single, global lane. A Client ignores lanes.
+func WithLane(lane string) IntentOption {
+	return func(c *intentConfig) error {
+		if len(lane) > maxLaneLen {
+			return fmt.Errorf("%w: lane is %d bytes, limit %d", ErrInvalidIntent, len(lane), maxLaneLen)
+		}
+		c.lane = lane
+		return nil
+	}
+}
+
+// NewIntent returns an Intent for method and url with the given body, which
+// it copies. The method must be one of GET, HEAD, OPTIONS, TRACE, QUERY, PUT,
+// DELETE, POST or PATCH; the URL must be absolute http or https, with a host
+// and without user info. For a method that is not safe NewIntent generates a
+// random key (UUIDv4) unless WithKey supplies one. Errors wrap
+// ErrInvalidIntent, ErrInvalidKey, ErrSecretHeader or ErrBodyTooLarge and name
+// what was wrong.
+func NewIntent(method, url string, body []byte, opts ...IntentOption) (*Intent, error) {
+	return newIntent(method, url, body, time.Now(), opts)
+}
+
+func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentOption) (*Intent, error) {
+	if err := checkMethod(method); err != nil {
+		return nil, err
+	}
+	if err := checkURL(rawURL); err != nil {
+		return nil, err
+	}
+	if len(body) > MaxBodyBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(body), MaxBodyBytes)
+	}
+	c := intentConfig{now: now}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
+	}
+	safe := IsSafe(method)
+	if safe && c.hasKey {
+		return nil, fmt.Errorf("%w: %s is a safe method and carries no idempotency key", ErrInvalidIntent, method)
+	}
+	if !safe && !c.hasKey && !c.noKey {
+		c.key = uuid.NewString()
+	}
+	in := &Intent{
+		method:    method,
+		url:       rawURL,
+		header:    c.header,
+		key:       c.key,
+		lane:      c.lane,
+		createdAt: c.now.Round(0),
+	}
+	if len(body) > 0 {
+		in.body = append([]byte(nil), body...)
+	}
+	return in, nil
+}
+
+// Method returns the request method.
+func (in *Intent) Method() string { return in.method }
+
+// URL returns the request URL as given to NewIntent.
+func (in *Intent) URL() string { return in.url }
+
+// Key returns the idempotency key, or "" for a safe method, which has none.
+func (in *Intent) Key() string { return in.key }
+
+// HasKey reports whether the intent carries an idempotency key.
+func (in *Intent) HasKey() bool { return in.key != "" }
+
+// Lane returns the ordering lane; "" is the default lane.
+func (in *Intent) Lane() string { return in.lane }
+
+// CreatedAt returns when the intent was created.
+func (in *Intent) CreatedAt() time.Time { return in.createdAt }
+
+// Body returns a copy of the body.
+func (in *Intent) Body() []byte {
+	if in.body == nil {
+		return nil
+	}
+	return append([]byte(nil), in.body...)
+}
+
+// BodyLen returns the length of the body in bytes.
+func (in *Intent) BodyLen() int { return len(in.body) }
+
+// Header returns a copy of the intent's headers; nil when it has none.
+func (in *Intent) Header() http.Header { return in.header.Clone() }
+
+// FirstSentAt returns when an attempt of this intent first may have reached
+// the server (its headers were written to a connection), or the zero Time if
+// none has. A server forgets keys some time after it first saw them, so this is
+// the instant a retry horizon counts from.
+func (in *Intent) FirstSentAt() time.Time {
+	ns := in.firstSentAt.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// markSent records t as FirstSentAt unless an earlier time is recorded.
+func (in *Intent) markSent(t time.Time) {
+	in.firstSentAt.CompareAndSwap(0, t.UnixNano())
+}
+
+// Derive returns the deterministic child key for a phase of this intent's
+// work, for the downstream calls a multi-step handler makes: a resumed phase
+// presents the same key downstream and is not applied twice. It returns "" for
+// an intent without a key. See DeriveKey.
+func (in *Intent) Derive(phase string) string {
+	if in.key == "" {
+		return ""
+	}
+	return DeriveKey(in.key, phase)
+}
+
+// deriveNamespace is the UUIDv5 namespace of derived keys. Changing it
+// changes every derived key, so it is fixed forever.
+func deriveNamespace() uuid.UUID {
+	return uuid.UUID{0x5b, 0x0a, 0x4e, 0x2c, 0x39, 0xc4, 0x4c, 0x1e, 0x9c, 0x55, 0x6f, 0x1f, 0x2a, 0x7d, 0x1d, 0x10}
+}
+
+// DeriveKey returns the child key of parent for phase: a UUIDv5 of both, so
+// the same parent and phase always give the same key and different phases give
+// unrelated keys. Use it where the parent key arrives as a string, such as an
+// incoming request's Idempotency-Key header.
+func DeriveKey(parent, phase string) string {
+	// Length-prefix the parent so that ("a:b", "c") and ("a", "b:c") differ.
+	name := make([]byte, 0, 8+len(parent)+len(phase))
+	name = fmt.Appendf(name, "%d:", len(parent))
+	name = append(name, parent...)
+	name = append(name, phase...)
+	return uuid.NewSHA1(deriveNamespace(), name).String()
+}
+
+// ValidateKey reports whether key is acceptable as an idempotency key: 1 to
+// 255 visible ASCII characters, none of '"', '\' or ','. The error wraps
+// ErrInvalidKey.
+func ValidateKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		switch b := key[i]; {
+		case b <= ' ' || b >= 0x7f:
+			return fmt.Errorf("%w: byte %#02x at offset %d is not visible ASCII", ErrInvalidKey, b, i)
+		case b == '"' || b == '\\' || b == ',':
+			return fmt.Errorf("%w: character %q at offset %d is not allowed", ErrInvalidKey, b, i)
+		}
+	}
+	return nil
+}
+
+// supportedMethod reports whether an Intent accepts method. CONNECT is left
+// out: it opens a tunnel, not an operation.
+func supportedMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, MethodQuery,
+		http.MethodPut, http.MethodDelete, http.MethodPost, http.MethodPatch:
+		return true
+	}
+	return false
+}
+
+func checkMethod(method string) error {
+	if supportedMethod(method) {
+		return nil
+	}
+	if up := strings.ToUpper(method); up != method && supportedMethod(up) {
+		return fmt.Errorf("%w: method %q: methods are case-sensitive, use %q", ErrInvalidIntent, method, up)
+	}
+	return fmt.Errorf("%w: unsupported method %q", ErrInvalidIntent, method)
+}
+
+func checkURL(raw string) error {
+	if raw == "" {
+		return fmt.Errorf("%w: empty URL", ErrInvalidIntent)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%w: URL: %v", ErrInvalidIntent, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%w: URL %q: scheme must be http or https", ErrInvalidIntent, redactURL(u))
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%w: URL %q has no host", ErrInvalidIntent, redactURL(u))
+	}
+	if u.User != nil {
+		return fmt.Errorf("%w: URL %q carries user info; credentials belong in Client.Authorize", ErrInvalidIntent, redactURL(u))
+	}
+	return nil
+}
+
+// redactURL hides user info, so an error never echoes a password.
+func redactURL(u *url.URL) string {
+	if u.User == nil {
+		return u.String()
+	}
+	v := *u
+	v.User = url.User("redacted")
+	return v.String()
+}
+
+func checkHeader(name, value string) error {
+	if !isToken(name) {
+		return fmt.Errorf("%w: header name %q is not a valid token", ErrInvalidIntent, name)
+	}
+	switch canon := http.CanonicalHeaderKey(name); canon {
+	case "Authorization", "Cookie", "Proxy-Authorization":
+		return fmt.Errorf("%w: %s: credentials are added per attempt by Client.Authorize, never stored in an intent", ErrSecretHeader, canon)
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+		return fmt.Errorf("%w: header %s is managed by net/http", ErrInvalidIntent, canon)
+	case DefaultKeyHeader, "X-Idempotency-Key":
+		return fmt.Errorf("%w: header %s: use WithKey", ErrInvalidIntent, canon)
+	}
+	for i := 0; i < len(value); i++ {
+		if b := value[i]; (b < ' ' && b != '\t') || b == 0x7f {
+			return fmt.Errorf("%w: header %s: control byte %#02x in value", ErrInvalidIntent, http.CanonicalHeaderKey(name), b)
+		}
+	}
+	return nil
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,300 @@
+package idem
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewIntentKeys(t *testing.T) {
+	tests := []struct {
+		method string
+		opts   []IntentOption
+		want   string // "generated", "" or the supplied key
+	}{
+		{"POST", nil, "generated"},
+		{"PATCH", nil, "generated"},
+		{"PUT", nil, "generated"},
+		{"DELETE", nil, "generated"},
+		{"GET", nil, ""},
+		{"HEAD", nil, ""},
+		{"OPTIONS", nil, ""},
+		{"TRACE", nil, ""},
+		{"QUERY", nil, ""},
+		{"POST", []IntentOption{WithKey("order-42")}, "order-42"},
+		{"POST", []IntentOption{WithoutKey()}, ""},
+		{"PATCH", []IntentOption{WithKey("k"), WithoutKey()}, ""},
+		{"PUT", []IntentOption{WithoutKey(), WithKey("k2")}, "k2"},
+		{"GET", []IntentOption{WithoutKey()}, ""},
+		{"DELETE", []IntentOption{WithKey("del-1")}, "del-1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+"/"+tt.want, func(t *testing.T) {
+			in, err := NewIntent(tt.method, "https://api.example/x", nil, tt.opts...)
+			require.NoError(t, err)
+			switch tt.want {
+			case "generated":
+				u, err := uuid.Parse(in.Key())
+				require.NoError(t, err, "key %q", in.Key())
+				assert.Equal(t, uuid.Version(4), u.Version())
+				assert.True(t, in.HasKey())
+			default:
+				assert.Equal(t, tt.want, in.Key())
+				assert.Equal(t, tt.want != "", in.HasKey())
+			}
+		})
+	}
+}
+
+func TestNewIntentKeyIsFixed(t *testing.T) {
+	a, err := NewIntent("POST", "https://api.example/pay", []byte(`{}`))
+	require.NoError(t, err)
+	b, err := NewIntent("POST", "https://api.example/pay", []byte(`{}`))
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Key(), b.Key(), "two intents must not share a key")
+	k := a.Key()
+	for range 3 {
+		assert.Equal(t, k, a.Key())
+	}
+}
+
+func TestNewIntentCopiesInput(t *testing.T) {
+	body := []byte("hello")
+	in, err := NewIntent("POST", "http://h/x", body, WithHeader("X-Trace", "1"))
+	require.NoError(t, err)
+	body[0] = 'j'
+	assert.Equal(t, "hello", string(in.Body()))
+	got := in.Body()
+	got[0] = 'y'
+	assert.Equal(t, "hello", string(in.Body()), "Body must return a copy")
+	h := in.Header()
+	h.Set("X-Trace", "2")
+	assert.Equal(t, "1", in.Header().Get("X-Trace"), "Header must return a copy")
+	assert.Equal(t, 5, in.BodyLen())
+}
+
+func TestNewIntentCreatedAt(t *testing.T) {
+	before := time.Now()
+	in, err := NewIntent("POST", "http://h/x", nil)
+	require.NoError(t, err)
+	after := time.Now()
+	assert.False(t, in.CreatedAt().Before(before) || in.CreatedAt().After(after),
+		"CreatedAt %v not within [%v, %v]", in.CreatedAt(), before, after)
+	assert.True(t, in.FirstSentAt().IsZero())
+}
+
+func TestNewIntentRejects(t *testing.T) {
+	long := strings.Repeat("k", MaxKeyLen+1)
+	tests := []struct {
+		name    string
+		method  string
+		url     string
+		body    []byte
+		opts    []IntentOption
+		wantErr error
+		wantMsg string
+	}{
+		{"empty method", "", "http://h/", nil, nil, ErrInvalidIntent, `unsupported method ""`},
+		{"unknown method", "FROB", "http://h/", nil, nil, ErrInvalidIntent, `unsupported method "FROB"`},
+		{"lowercase method", "post", "http://h/", nil, nil, ErrInvalidIntent, `use "POST"`},
+		{"connect", "CONNECT", "http://h/", nil, nil, ErrInvalidIntent, "CONNECT"},
+		{"empty url", "GET", "", nil, nil, ErrInvalidIntent, "empty URL"},
+		{"relative url", "GET", "/x", nil, nil, ErrInvalidIntent, "scheme"},
+		{"ftp", "GET", "ftp://h/x", nil, nil, ErrInvalidIntent, "scheme"},
+		{"no host", "GET", "http:///x", nil, nil, ErrInvalidIntent, "no host"},
+		{"bad url", "GET", "http://h/%zz", nil, nil, ErrInvalidIntent, "URL"},
+		{"user info", "GET", "https://bob:s3cret@h/x", nil, nil, ErrInvalidIntent, "user info"},
+		{"body too large", "POST", "http://h/", make([]byte, MaxBodyBytes+1), nil, ErrBodyTooLarge, "limit"},
+		{"empty key", "POST", "http://h/", nil, []IntentOption{WithKey("")}, ErrInvalidKey, "empty"},
+		{"long key", "POST", "http://h/", nil, []IntentOption{WithKey(long)}, ErrInvalidKey, "256 bytes"},
+		{"space in key", "POST", "http://h/", nil, []IntentOption{WithKey("a b")}, ErrInvalidKey, "offset 1"},
+		{"quote in key", "POST", "http://h/", nil, []IntentOption{WithKey(`a"b`)}, ErrInvalidKey, "not allowed"},
+		{"comma in key", "POST", "http://h/", nil, []IntentOption{WithKey("a,b")}, ErrInvalidKey, "not allowed"},
+		{"non-ascii key", "POST", "http://h/", nil, []IntentOption{WithKey("clé")}, ErrInvalidKey, "visible ASCII"},
+		{"key on GET", "GET", "http://h/", nil, []IntentOption{WithKey("k")}, ErrInvalidIntent, "safe method"},
+		{"authorization", "POST", "http://h/", nil, []IntentOption{WithHeader("authorization", "Bearer x")}, ErrSecretHeader, "Authorization"},
+		{"cookie", "POST", "http://h/", nil, []IntentOption{WithHeader("Cookie", "a=b")}, ErrSecretHeader, "Cookie"},
+		{"proxy auth", "POST", "http://h/", nil, []IntentOption{WithHeader("Proxy-Authorization", "x")}, ErrSecretHeader, "Proxy-Authorization"},
+		{"key header", "POST", "http://h/", nil, []IntentOption{WithHeader("Idempotency-Key", "x")}, ErrInvalidIntent, "use WithKey"},
+		{"host header", "POST", "http://h/", nil, []IntentOption{WithHeader("Host", "x")}, ErrInvalidIntent, "managed"},
+		{"bad header name", "POST", "http://h/", nil, []IntentOption{WithHeader("X Y", "x")}, ErrInvalidIntent, "token"},
+		{"control in value", "POST", "http://h/", nil, []IntentOption{WithHeader("X-A", "a\r\nb")}, ErrInvalidIntent, "control"},
+		{"long lane", "POST", "http://h/", nil, []IntentOption{WithLane(strings.Repeat("l", 256))}, ErrInvalidIntent, "lane"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in, err := NewIntent(tt.method, tt.url, tt.body, tt.opts...)
+			require.Error(t, err)
+			assert.Nil(t, in)
+			assert.ErrorIs(t, err, tt.wantErr)
+			assert.Contains(t, err.Error(), tt.wantMsg)
+			assert.True(t, strings.HasPrefix(err.Error(), "idem: "), "message %q lacks the idem: prefix", err)
+			assert.NotContains(t, err.Error(), "s3cret", "an error must not echo a password")
+		})
+	}
+}
+
+func TestNewIntentNilOptionIgnored(t *testing.T) {
+	in, err := NewIntent("POST", "http://h/", nil, nil, WithLane("a"))
+	require.NoError(t, err)
+	assert.Equal(t, "a", in.Lane())
+}
+
+func TestValidateKeyBounds(t *testing.T) {
+	assert.NoError(t, ValidateKey(strings.Repeat("k", MaxKeyLen)))
+	assert.NoError(t, ValidateKey("!#$%&'()*+-./09:;<=>?@AZ[]^_`az{|}~"))
+	assert.ErrorIs(t, ValidateKey("\x7f"), ErrInvalidKey)
+}
+
+func TestDerive(t *testing.T) {
+	in, err := NewIntent("POST", "http://h/orders", nil, WithKey("order-7"))
+	require.NoError(t, err)
+	charge := in.Derive("charge")
+	assert.Equal(t, charge, in.Derive("charge"), "derive must be deterministic")
+	assert.Equal(t, charge, DeriveKey("order-7", "charge"))
+	assert.NotEqual(t, charge, in.Derive("ship"))
+	assert.NotEqual(t, DeriveKey("a:b", "c"), DeriveKey("a", "b:c"))
+	assert.NoError(t, ValidateKey(charge))
+	u, err := uuid.Parse(charge)
+	require.NoError(t, err)
+	assert.Equal(t, uuid.Version(5), u.Version())
+	// The namespace is part of the wire contract: a change would give a
+	// resumed phase a new downstream key.
+	assert.Equal(t, "8717821f-774a-555f-b1c9-02260029efc1", DeriveKey("order-7", "charge"))
+
+	get, err := NewIntent("GET", "http://h/orders", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "", get.Derive("charge"))
+}
+
+func TestFirstSentAtConcurrent(t *testing.T) {
+	in, err := NewIntent("POST", "http://h/", nil)
+	require.NoError(t, err)
+	base := time.Unix(1_700_000_000, 0)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { in.markSent(base.Add(time.Duration(i) * time.Second)) })
+	}
+	wg.Wait()
+	got := in.FirstSentAt()
+	assert.False(t, got.IsZero())
+	in.markSent(base.Add(time.Hour))
+	assert.Equal(t, got, in.FirstSentAt(), "FirstSentAt must not move once set")
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	in, err := NewIntent("POST", "https://api.example/pay?x=1", []byte(`{"amount":100}`),
+		WithKey("k-1"), WithLane("acct-9"), WithHeader("Content-Type", "application/json"),
+		WithHeader("X-Multi", "a"), WithHeader("X-Multi", "b"))
+	require.NoError(t, err)
+	sent := time.Unix(1_800_000_000, 123456789)
+	in.markSent(sent)
+
+	data, err := in.MarshalBinary()
+	require.NoError(t, err)
+	var out Intent
+	require.NoError(t, out.UnmarshalBinary(data))
+
+	assert.Equal(t, in.Method(), out.Method())
+	assert.Equal(t, in.URL(), out.URL())
+	assert.Equal(t, in.Key(), out.Key())
+	assert.Equal(t, in.Lane(), out.Lane())
+	assert.Equal(t, in.Body(), out.Body())
+	assert.Equal(t, in.Header(), out.Header())
+	assert.True(t, in.CreatedAt().Equal(out.CreatedAt()), "CreatedAt %v != %v", out.CreatedAt(), in.CreatedAt())
+	assert.True(t, sent.Equal(out.FirstSentAt()), "FirstSentAt %v != %v", out.FirstSentAt(), sent)
+
+	again, err := out.MarshalBinary()
+	require.NoError(t, err)
+	var twice Intent
+	require.NoError(t, twice.UnmarshalBinary(again))
+	assert.Equal(t, out.Key(), twice.Key())
+}
+
+func TestMarshalRoundTripMinimal(t *testing.T) {
+	in, err := NewIntent("POST", "http://h/", nil, WithoutKey())
+	require.NoError(t, err)
+	data, err := in.MarshalBinary()
+	require.NoError(t, err)
+	var out Intent
+	require.NoError(t, out.UnmarshalBinary(data))
+	assert.Equal(t, "", out.Key())
+	assert.Nil(t, out.Body())
+	assert.Nil(t, out.Header())
+	assert.True(t, out.FirstSentAt().IsZero())
+}
+
+func TestUnmarshalRejects(t *testing.T) {
+	in, err := NewIntent("POST", "http://h/x", []byte("body"), WithKey("k"))
+	require.NoError(t, err)
+	good, err := in.MarshalBinary()
+	require.NoError(t, err)
+
+	reseal := func(b []byte) []byte { // recompute the checksum after a deliberate edit
+		b = append([]byte(nil), b[:len(b)-4]...)
+		return appendCRC(b)
+	}
+	edit := func(f func([]byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+
+	tests := []struct {
+		name string
+		data []byte
+		msg  string
+	}{
+		{"empty", nil, "not an encoded intent"},
+		{"wrong magic", edit(func(b []byte) []byte { b[0] = 'x'; return b }), "not an encoded intent"},
+		{"unknown version", edit(func(b []byte) []byte { b[4] = 2; return reseal(b) }), "unknown version 2"},
+		{"version zero", edit(func(b []byte) []byte { b[4] = 0; return reseal(b) }), "unknown version 0"},
+		{"flipped byte", edit(func(b []byte) []byte { b[10] ^= 0xff; return b }), "checksum"},
+		{"truncated", good[:len(good)-5], "checksum"},
+		{"trailing", reseal(append(append([]byte(nil), good[:len(good)-4]...), 0, 0, 0, 0, 1)), "trailing"},
+		{"lowercase method", edit(func(b []byte) []byte {
+			return reseal(bytes.Replace(b, []byte("POST"), []byte("post"), 1))
+		}), "case-sensitive"},
+		{"key on GET", reseal(mustEncode(t, func() *Intent {
+			g, _ := NewIntent("POST", "http://h/x", nil)
+			g.method = "GET" // craft the invalid state directly
+			return g
+		}())), "safe method"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out Intent
+			err := out.UnmarshalBinary(tt.data)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalidIntent)
+			assert.Contains(t, err.Error(), tt.msg)
+			assert.Equal(t, "", out.Method(), "a failed decode must leave the intent empty")
+		})
+	}
+}
+
+func TestUnmarshalIntoUsedIntent(t *testing.T) {
+	in, err := NewIntent("POST", "http://h/x", nil)
+	require.NoError(t, err)
+	data, err := in.MarshalBinary()
+	require.NoError(t, err)
+	err = in.UnmarshalBinary(data)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "already in use")
+}
+
+func mustEncode(t *testing.T, in *Intent) []byte {
+	t.Helper()
+	b, err := in.MarshalBinary()
+	require.NoError(t, err)
+	return b
+}
+
+func TestIntentHeaderNilWhenNone(t *testing.T) {
+	in, err := NewIntent("POST", "http://h/", nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.Header(nil), in.Header())
+}

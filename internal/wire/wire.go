@@ -1,0 +1,59 @@
+// Package wire records, through net/http/httptrace, what one HTTP attempt put
+// on the wire: whether a connection was obtained, whether the request headers
+// and the whole request were written, and whether a response began. Those facts
+// separate a request the server cannot have seen from one it may have acted on.
+package wire
+
+import (
+	"context"
+	"net/http/httptrace"
+	"sync/atomic"
+)
+
+// Facts is a snapshot of a Recorder.
+type Facts struct {
+	// Conns counts GotConn events: net/http may resend a request on a new
+	// connection within one RoundTrip.
+	Conns int
+	// WroteHeaders reports that request headers were written to a connection.
+	WroteHeaders bool
+	// WroteRequest reports that the whole request was written without error.
+	WroteRequest bool
+	// GotResponse reports that a response's first byte arrived.
+	GotResponse bool
+}
+
+// Recorder collects the facts of one attempt. Its hooks run on net/http's
+// goroutines, so every field is atomic; a Recorder is safe for concurrent use.
+// The zero Recorder is ready to use.
+type Recorder struct {
+	conns        atomic.Int32
+	wroteHeaders atomic.Bool
+	wroteRequest atomic.Bool
+	gotResponse  atomic.Bool
+}
+
+// WithContext returns ctx carrying a trace that feeds r. Hooks of a trace
+// already in ctx keep running: httptrace composes them.
+func (r *Recorder) WithContext(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn:      func(httptrace.GotConnInfo) { r.conns.Add(1) },
+		WroteHeaders: func() { r.wroteHeaders.Store(true) },
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				r.wroteRequest.Store(true)
+			}
+		},
+		GotFirstResponseByte: func() { r.gotResponse.Store(true) },
+	})
+}
+
+// Facts returns what r has recorded so far.
+func (r *Recorder) Facts() Facts {
+	return Facts{
+		Conns:        int(r.conns.Load()),
+		WroteHeaders: r.wroteHeaders.Load(),
+		WroteRequest: r.wroteRequest.Load(),
+		GotResponse:  r.gotResponse.Load(),
+	}
+}

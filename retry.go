@@ -1,0 +1,216 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Policy defaults.
+const (
+	DefaultMaxAttempts   = 4
+	DefaultBaseDelay     = 200 * time.Millisecond
+	DefaultMaxDelay      = 10 * time.Second
+	DefaultMaxRetryAfter = 60 * time.Second
+)
+
+// jitter is the randomization factor: a delay d is drawn from [d/2, 3d/2).
+const jitter = 0.5
+
+// Policy says how many attempts an intent gets and how long to wait between
+// them. The zero Policy is the default policy; each zero field takes its
+// default. Negative fields are invalid.
+type Policy struct {
+	// MaxAttempts is the number of attempts, the first included; 0 means
+	// DefaultMaxAttempts and 1 means no retries.
+	MaxAttempts int
+	// BaseDelay is the first retry's delay before jitter; 0 means
+	// DefaultBaseDelay. Each retry doubles it.
+	BaseDelay time.Duration
+	// MaxDelay caps a retry's delay; 0 means DefaultMaxDelay.
+	MaxDelay time.Duration
+	// MaxElapsed bounds the time from the first attempt to the start of the
+	// last; 0 means no bound but the context's deadline.
+	MaxElapsed time.Duration
+	// AttemptTimeout bounds one attempt, response headers included; 0 means
+	// no bound but the context's and the http.Client's. A timed-out attempt
+	// whose headers were sent is ambiguous.
+	AttemptTimeout time.Duration
+	// MaxRetryAfter caps the wait a server may ask for with Retry-After; 0
+	// means DefaultMaxRetryAfter. A longer demand ends the intent with
+	// ErrRetryAfterTooLong and the wait in Error.RetryAfter.
+	MaxRetryAfter time.Duration
+}
+
+// withDefaults returns p with zero fields set to their defaults, or an error
+// naming a negative field.
+func (p Policy) withDefaults() (Policy, error) {
+	fields := [...]struct {
+		name string
+		v    int64
+	}{
+		{"MaxAttempts", int64(p.MaxAttempts)},
+		{"BaseDelay", int64(p.BaseDelay)},
+		{"MaxDelay", int64(p.MaxDelay)},
+		{"MaxElapsed", int64(p.MaxElapsed)},
+		{"AttemptTimeout", int64(p.AttemptTimeout)},
+		{"MaxRetryAfter", int64(p.MaxRetryAfter)},
+	}
+	for _, f := range fields {
+		if f.v < 0 {
+			return p, fmt.Errorf("%w: %s is negative (%d)", ErrInvalidPolicy, f.name, f.v)
+		}
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.BaseDelay == 0 {
+		p.BaseDelay = DefaultBaseDelay
+	}
+	if p.MaxDelay == 0 {
+		p.MaxDelay = DefaultMaxDelay
+	}
+	if p.MaxRetryAfter == 0 {
+		p.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	return p, nil
+}
+
+// newBackOff returns the exponential schedule of p without jitter: jitter is
+// applied by the caller from an injected source, so tests are exact.
+func (p Policy) newBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(p.BaseDelay),
+		backoff.WithMaxInterval(p.MaxDelay),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0),
+		backoff.WithMaxElapsedTime(0), // elapsed time is judged by the caller's clock
+	)
+}
+
+// Backoff returns the delay before retry number retry (1 for the first retry)
+// for a uniform random value r in [0, 1): the exponential schedule of p,
+// jittered and capped at MaxDelay. A queue that persists its retry count uses
+// it to compute the next attempt time.
+func (p Policy) Backoff(retry int, r float64) time.Duration {
+	p, err := p.withDefaults()
+	if err != nil {
+		p, _ = Policy{}.withDefaults()
+	}
+	b := p.newBackOff()
+	d := b.NextBackOff()
+	for i := 1; i < retry && d < p.MaxDelay; i++ {
+		d = b.NextBackOff()
+	}
+	return jittered(d, r, p.MaxDelay)
+}
+
+// jittered spreads d over [d/2, 3d/2) by r in [0, 1), capped at max.
+func jittered(d time.Duration, r float64, max time.Duration) time.Duration {
+	j := time.Duration(float64(d) * (1 - jitter + 2*jitter*r))
+	return min(j, max)
+}
+
+// ParseRetryAfter reads a Retry-After value (RFC 9110 10.2.3): delay-seconds
+// or an HTTP-date, which is judged against now. It reports false for a
+// missing or malformed value; a date in the past gives 0.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if v[0] >= '0' && v[0] <= '9' {
+		const maxSecs = uint64(1<<63-1) / uint64(time.Second)
+		secs, err := strconv.ParseUint(v, 10, 63)
+		if errors.Is(err, strconv.ErrRange) {
+			secs = maxSecs // all digits, just huge: the cap will refuse it
+		} else if err != nil {
+			return 0, false
+		}
+		if secs > maxSecs {
+			secs = maxSecs
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), 0), true
+}
+
+// Budget defaults, after the retry quotas of the AWS SDKs: a budget of 500
+// tokens allows 100 retries in a row with no success in between.
+const (
+	DefaultBudgetTokens = 500
+	retryCost           = 5  // a retry after a never-sent or not-processed attempt
+	ambiguousRetryCost  = 10 // a retry after an ambiguous attempt adds load the server may already carry
+	successRefill       = 1  // a success on the first attempt
+)
+
+// Budget is a retry budget, a token bucket shared by every intent of a
+// Client: each retry costs tokens, more after an ambiguous attempt, and
+// successes refill it. While the server is healthy it never runs dry; in an
+// outage it empties after a bounded number of retries, so that retries do not
+// multiply the load on a sick server. A Budget is safe for concurrent use.
+type Budget struct {
+	mu       sync.Mutex // guards tokens
+	tokens   int
+	capacity int // 0: unlimited
+}
+
+// NewBudget returns a full budget of capacity tokens. A capacity of 0 or less
+// gives a budget that never refuses.
+func NewBudget(capacity int) *Budget {
+	capacity = max(capacity, 0)
+	return &Budget{tokens: capacity, capacity: capacity}
+}
+
+// Tokens returns the tokens left, or -1 for an unlimited budget.
+func (b *Budget) Tokens() int {
+	if b.capacity == 0 {
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tokens
+}
+
+// take spends the cost of a retry after an attempt of class c and returns
+// it, or reports false when the budget cannot pay.
+func (b *Budget) take(c Class) (int, bool) {
+	cost := retryCost
+	if c == ClassAmbiguous {
+		cost = ambiguousRetryCost
+	}
+	if b.capacity == 0 {
+		return cost, true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tokens < cost {
+		return 0, false
+	}
+	b.tokens -= cost
+	return cost, true
+}
+
+// succeed refills the budget after a success: the tokens its retries spent,
+// or successRefill when it needed none.
+func (b *Budget) succeed(spent int) {
+	if b.capacity == 0 {
+		return
+	}
+	if spent == 0 {
+		spent = successRefill
+	}
+	b.mu.Lock()
+	b.tokens = min(b.tokens+spent, b.capacity)
+	b.mu.Unlock()
+}

@@ -1,0 +1,143 @@
+package idem
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in     string
+		want   time.Duration
+		wantOK bool
+	}{
+		{"0", 0, true},
+		{"1", time.Second, true},
+		{" 120 ", 2 * time.Minute, true},
+		{"Wed, 02 Dec 2026 10:00:30 GMT", 30 * time.Second, true},
+		{"Wednesday, 02-Dec-26 10:01:00 GMT", time.Minute, true}, // RFC 850
+		{"Wed Dec  2 10:00:05 2026", 5 * time.Second, true},      // asctime
+		{"Wed, 02 Dec 2026 09:00:00 GMT", 0, true},               // past: no wait
+		{"99999999999999999999", time.Duration(1<<63-1) / time.Second * time.Second, true},
+		{"", 0, false},
+		{"-1", 0, false},
+		{"1.5", 0, false},
+		{"soon", 0, false},
+		{"1e3", 0, false},
+		{"0x10", 0, false},
+		{"Wed, 32 Dec 2026 10:00:00 GMT", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := ParseRetryAfter(tt.in, now)
+		assert.Equal(t, tt.wantOK, ok, "ParseRetryAfter(%q) ok", tt.in)
+		assert.Equal(t, tt.want, got, "ParseRetryAfter(%q)", tt.in)
+	}
+}
+
+func TestPolicyDefaults(t *testing.T) {
+	p, err := Policy{}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute}, p)
+
+	kept, err := Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxElapsed: time.Hour, AttemptTimeout: 3 * time.Second, MaxRetryAfter: 5 * time.Second}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, 1, kept.MaxAttempts)
+	assert.Equal(t, time.Hour, kept.MaxElapsed)
+	assert.Equal(t, 3*time.Second, kept.AttemptTimeout)
+
+	for _, bad := range []Policy{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {MaxElapsed: -1}, {AttemptTimeout: -1}, {MaxRetryAfter: -1}} {
+		_, err := bad.withDefaults()
+		assert.ErrorIs(t, err, ErrInvalidPolicy, "%+v", bad)
+		assert.Contains(t, err.Error(), "is negative")
+	}
+}
+
+func TestPolicyBackoff(t *testing.T) {
+	p := Policy{}
+	tests := []struct {
+		retry int
+		r     float64
+		want  time.Duration
+	}{
+		{1, 0.5, 200 * time.Millisecond}, // the middle of [d/2, 3d/2)
+		{2, 0.5, 400 * time.Millisecond}, // doubles
+		{3, 0.5, 800 * time.Millisecond}, //
+		{1, 0, 100 * time.Millisecond},   // lowest
+		{1, 0.999, 299800 * time.Microsecond},
+		{6, 0.5, 6400 * time.Millisecond}, //
+		{7, 0.5, 10 * time.Second},        // capped before jitter
+		{7, 0.0, 5 * time.Second},         // jitter below the cap stays
+		{7, 0.99, 10 * time.Second},       // and above is capped
+		{1000, 0.5, 10 * time.Second},     // no overflow for large counts
+	}
+	for _, tt := range tests {
+		got := p.Backoff(tt.retry, tt.r)
+		assert.Equal(t, tt.want, got, "Backoff(%d, %v)", tt.retry, tt.r)
+	}
+	custom := Policy{BaseDelay: time.Second, MaxDelay: 3 * time.Second}
+	assert.Equal(t, 2*time.Second, custom.Backoff(2, 0.5))
+	assert.Equal(t, 3*time.Second, custom.Backoff(3, 0.5))
+	assert.Equal(t, 200*time.Millisecond, Policy{BaseDelay: -1}.Backoff(1, 0.5), "an invalid policy backs off by the defaults")
+}
+
+func TestBudget(t *testing.T) {
+	b := NewBudget(20)
+	assert.Equal(t, 20, b.Tokens())
+	cost, ok := b.take(ClassNeverSent)
+	assert.True(t, ok)
+	assert.Equal(t, 5, cost)
+	cost, ok = b.take(ClassAmbiguous)
+	assert.True(t, ok)
+	assert.Equal(t, 10, cost)
+	assert.Equal(t, 5, b.Tokens())
+	_, ok = b.take(ClassAmbiguous)
+	assert.False(t, ok, "an ambiguous retry costs 10, only 5 left")
+	assert.Equal(t, 5, b.Tokens(), "a refusal costs nothing")
+	_, ok = b.take(ClassNotProcessed)
+	assert.True(t, ok)
+	assert.Equal(t, 0, b.Tokens())
+
+	b.succeed(0)
+	assert.Equal(t, 1, b.Tokens(), "a first-attempt success refills 1")
+	b.succeed(15)
+	assert.Equal(t, 16, b.Tokens(), "a success after retries refunds what they spent")
+	b.succeed(100)
+	assert.Equal(t, 20, b.Tokens(), "never above capacity")
+}
+
+func TestBudgetUnlimited(t *testing.T) {
+	b := NewBudget(0)
+	assert.Equal(t, -1, b.Tokens())
+	for range 1000 {
+		_, ok := b.take(ClassAmbiguous)
+		require.True(t, ok)
+	}
+	b.succeed(3)
+	assert.Equal(t, -1, NewBudget(-5).Tokens())
+}
+
+func TestBudgetConcurrent(t *testing.T) {
+	b := NewBudget(DefaultBudgetTokens)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := 0
+	for range 16 {
+		wg.Go(func() {
+			for range 100 {
+				if _, ok := b.take(ClassNeverSent); ok {
+					mu.Lock()
+					granted++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, DefaultBudgetTokens/5, granted, "a full budget allows exactly capacity/cost retries")
+	assert.Equal(t, 0, b.Tokens())
+}
