@@ -1,0 +1,66 @@
+// Package idem is an HTTP client that makes a write happen once across
+// timeouts, resets, retries and restarts, and tells the caller the truth when
+// it cannot know.
+//
+// Where net/http's Client sends one request and reports what came back, idem
+// runs an operation: it sends attempts until the server gives a definitive
+// answer, and retries only where a retry cannot apply the operation twice.
+//
+// # Basics
+//
+// An Intent is one logical operation, created where the intent is born (the
+// user pressed "Pay"). For a method that is not safe it carries an
+// idempotency key generated once, when the Intent is created; every attempt
+// presents it, and a server that implements the Idempotency-Key protocol
+// answers a repeat with the stored result instead of acting again. An Intent
+// holds its body as bytes, so every attempt is byte-identical, and it holds
+// no secrets: Client.Authorize adds credentials per attempt.
+//
+//	in, err := idem.NewIntent("POST", "https://api.example/payments", body)
+//	...
+//	res, err := client.Do(ctx, in)
+//
+// Every failed attempt is classified by what reached the wire (recorded
+// through net/http/httptrace) and by the answer:
+//
+//   - never sent: no request headers were written to a connection (dial
+//     refused, DNS, TLS). The server cannot have acted; any method is resent.
+//   - not processed: 408, 425, 429, or 409 for a keyed request (the same key
+//     is in flight). Resent after Retry-After or backoff.
+//   - ambiguous: the request may have reached the server and no complete
+//     answer came back (timeout, reset), or a 5xx. Resent only for safe and
+//     idempotent methods (GET, HEAD, OPTIONS, TRACE, QUERY, PUT, DELETE) or
+//     when the intent has a key; a POST or PATCH without one stops.
+//   - key reused (422 for a keyed request), rejected (other 4xx): stop.
+//
+// Classify and Decide implement this table as pure functions.
+//
+// # Outcomes
+//
+// Every return of Client.Do maps to one Outcome:
+//
+//   - Applied (Result.Replayed when the server answered from its store) and
+//     AlreadyApplied (a DELETE answered 404 or 410 after an ambiguous
+//     attempt): success, with a *Result.
+//   - NotApplied: the server did not act. A *Result for a 4xx rejection, or
+//     an *Error matching ErrNotApplied when attempts never got through. A new
+//     intent is safe.
+//   - Unknown: an attempt was ambiguous and nothing later settled it. An
+//     *Error matching ErrOutcomeUnknown: reconcile, do not resubmit under a
+//     new key.
+//
+// # Caveats
+//
+// A key protects one operation only while the server remembers it (Stripe:
+// at least 24 hours); a resend after that is a new operation. The queue
+// package limits resends to that horizon.
+//
+// Keys help only against servers that implement them. Against a server that
+// ignores the header, a keyed POST retried after an ambiguous attempt can
+// apply twice; use WithoutKey for such servers, and idem will not retry it.
+//
+// net/http itself resends a request carrying an Idempotency-Key header when a
+// reused connection fails before any answer, and resends HTTP/2 streams the
+// server refused or never processed (REFUSED_STREAM, above a GOAWAY's last
+// stream id). Attempt.Wire.Conns counts those connections.
+package idem

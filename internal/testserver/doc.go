@@ -1,0 +1,43 @@
+// Package testserver is an in-memory server side of the Idempotency-Key
+// protocol (IETF draft-ietf-httpapi-idempotency-key-header, with the server
+// state machine of Stripe-style idempotency keys), with fault injection.
+//
+// It plays the part httptest.Server plays for ordinary HTTP code: the client
+// library's tests and the chaos demo run real HTTP round trips against it and
+// then ask it how many business effects actually happened. It follows the
+// protocol as the draft describes it, not as any client behaves, so a client
+// bug shows up as a duplicate effect or a wrong answer rather than being
+// papered over.
+//
+// # Basics
+//
+// POST and PATCH carry the idempotency layer. The first request with a key
+// claims it (state claimed, with an owner token and a lease), runs the effect
+// and completes the record with the response it sent. A later request with
+// the same key and the same fingerprint (SHA-256 of method, path and body)
+// gets that response replayed byte for byte with "Idempotent-Replayed: true";
+// with another fingerprint it gets 422; while the first is still running it
+// gets 409. A lease that expires lets a later request take the claim over,
+// and completion is fenced by the owner token, so the slow original cannot
+// apply its effect after being overtaken. A failure before the effect deletes
+// the claim so that a retry executes. Completed records are forgotten after
+// Options.Retention; after that the same key is a new request.
+//
+// PUT, DELETE and GET on /resources/{id} are naturally idempotent and carry
+// no key layer: a key sent with them is ignored, as Stripe does.
+//
+// Faults are chosen per request by Options.Faults, and dials are refused
+// through DialContext (Options.RefuseDial, SetDown), since a server cannot
+// know which request a connection will carry.
+//
+// # Caveats
+//
+// Everything is held in memory and records are only forgotten lazily, when
+// their key is used again after retention; that is fine for tests, not for
+// production. The faults that drop connections hijack them, so they need
+// HTTP/1.1; through Handler with a ResponseWriter that cannot be hijacked they
+// panic with http.ErrAbortHandler, which net/http servers treat as an abort.
+// Clients with keep-alives on should know that net/http itself resends a
+// request carrying an Idempotency-Key header when a reused connection fails,
+// so the server may see more attempts than the client made.
+package testserver

@@ -1,0 +1,248 @@
+package testserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"log"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Server is an in-memory Idempotency-Key server with fault injection.
+// Create one with New; call Start to serve on loopback, or use Handler in
+// process. Most tests want Start, a client dialing through DialContext
+// (Client gives one), and EffectsForKey or Stats to check what happened.
+// A Server is safe for concurrent use.
+type Server struct {
+	opts    Options // with defaults filled in; read-only after New
+	handler http.Handler
+	done    chan struct{} // closed by Close to cut FaultDelay sleeps short
+	down    atomic.Bool
+
+	// mu guards the protocol state and every counter below. One lock keeps
+	// claim, effect and completion atomic with respect to each other, which
+	// is the property under test; throughput does not matter here.
+	mu               sync.Mutex
+	records          map[string]*record
+	resources        map[string]resource
+	nextOwner        uint64
+	seen             map[string]int // requests that reached a handler, by key
+	effectsByKey     map[string]int
+	effectsByPayload map[[sha256.Size]byte]int
+	stats            Stats
+
+	// lifeMu guards the listener lifecycle.
+	lifeMu    sync.Mutex
+	srv       *http.Server
+	url       string
+	closed    bool
+	closeOnce sync.Once
+}
+
+// resource is the stored representation of /resources/{id}.
+type resource struct {
+	body        []byte
+	contentType string
+}
+
+// Stats is a snapshot of a Server's counters.
+type Stats struct {
+	// Requests counts HTTP requests that reached a handler, including
+	// those a fault then cut short.
+	Requests int
+	// Effects counts business effects applied, on every route.
+	Effects int
+	// Replays counts stored responses replayed for a completed key.
+	Replays int
+	// Conflicts counts 409 answers for a key whose claim was live. Fenced
+	// completions are counted in Fenced, not here.
+	Conflicts int
+	// Mismatches counts 422 answers for a key reused with another payload.
+	Mismatches int
+	// Fenced counts completions refused because another request had taken
+	// the claim over; their effect was not applied and they got 409.
+	Fenced int
+	// Released counts claims deleted by a failure before the effect.
+	Released int
+	// BadRequests counts 400 answers for a missing or invalid key.
+	BadRequests int
+	// Refused counts dials refused by DialContext.
+	Refused int
+	// Faults counts injected faults by kind; FaultNone is not counted.
+	Faults map[Fault]int
+}
+
+// New returns a Server configured by opts. It does not listen until Start.
+func New(opts Options) *Server {
+	s := &Server{
+		opts:             opts.withDefaults(),
+		done:             make(chan struct{}),
+		records:          make(map[string]*record),
+		resources:        make(map[string]resource),
+		seen:             make(map[string]int),
+		effectsByKey:     make(map[string]int),
+		effectsByPayload: make(map[[sha256.Size]byte]int),
+		stats:            Stats{Faults: make(map[Fault]int)},
+	}
+	s.handler = s.routes()
+	return s
+}
+
+// Start listens on 127.0.0.1 on a free port and serves in the background
+// until Close. It fails if the server was started or closed before.
+func (s *Server) Start() error {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	switch {
+	case s.closed:
+		return errors.New("testserver: Start after Close")
+	case s.srv != nil:
+		return errors.New("testserver: already started")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	s.srv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Hijacked and aborted connections make net/http log; faults are
+		// deliberate, so stay silent.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	s.url = "http://" + ln.Addr().String()
+	go s.srv.Serve(ln) // returns ErrServerClosed after Close: nothing to report
+	return nil
+}
+
+// URL returns the base URL, such as "http://127.0.0.1:41234", or "" before
+// Start.
+func (s *Server) URL() string {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	return s.url
+}
+
+// Close stops serving: FaultDelay sleeps end early (their claims are
+// released), and Close waits up to five seconds for handlers to return
+// before closing every connection. It may be called more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.done) })
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	s.closed = true
+	if s.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx) // waits for handlers; a timeout is settled by Close
+	_ = s.srv.Close()
+	s.srv = nil
+}
+
+// Handler returns the server's handler, for in-process use without a
+// listener. Faults that drop the connection need a hijackable
+// ResponseWriter; without one they panic with http.ErrAbortHandler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Client returns a new client whose transport dials through DialContext, so
+// RefuseDial and SetDown apply to it. Each call makes a new transport; call
+// CloseIdleConnections on it when done.
+func (s *Server) Client() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:         s.DialContext,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+	}}
+}
+
+// DialContext dials like net.Dialer, unless the server is down (SetDown) or
+// Options.RefuseDial returns true: then it returns the error a refused
+// connection gives, a *net.OpError with Op "dial" for which
+// errors.Is(err, syscall.ECONNREFUSED) holds. Use it as
+// http.Transport.DialContext. RefuseDial is not consulted while down.
+func (s *Server) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if s.down.Load() || (s.opts.RefuseDial != nil && s.opts.RefuseDial()) {
+		s.mu.Lock()
+		s.stats.Refused++
+		s.mu.Unlock()
+		// Built rather than provoked by dialing a closed port: no race
+		// with another process taking the port, and the same on every OS.
+		return nil, &net.OpError{
+			Op:   "dial",
+			Net:  network,
+			Addr: dialAddr{network: network, addr: addr},
+			Err:  os.NewSyscallError("connect", syscall.ECONNREFUSED),
+		}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// SetDown takes the server offline (true) or back online (false) for
+// clients dialing through DialContext: while down, every dial is refused.
+// Connections already open are not affected.
+func (s *Server) SetDown(down bool) { s.down.Store(down) }
+
+// dialAddr is the net.Addr of a refused dial, named as the caller wrote it
+// so no name resolution happens.
+type dialAddr struct{ network, addr string }
+
+func (a dialAddr) Network() string { return a.network }
+func (a dialAddr) String() string  { return a.addr }
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Faults = maps.Clone(s.stats.Faults)
+	return st
+}
+
+// EffectsForKey returns how many effects requests carrying key applied, on
+// any route.
+func (s *Server) EffectsForKey(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.effectsByKey[key]
+}
+
+// EffectsForPayload returns how many effects were applied by requests whose
+// body was exactly body.
+func (s *Server) EffectsForPayload(body []byte) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.effectsByPayload[sha256.Sum256(body)]
+}
+
+// TotalEffects returns how many effects were applied on all routes.
+func (s *Server) TotalEffects() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.Effects
+}
+
+// Requests returns how many HTTP requests reached a handler.
+func (s *Server) Requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.Requests
+}
+
+// RequestsForKey returns how many requests carrying key reached a handler:
+// the attempts the server saw, as opposed to those the client made.
+func (s *Server) RequestsForKey(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[key]
+}
