@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testserver"
+)
+
+// sendFunc sends one payment and says what the client would tell its caller.
+type sendFunc func(ctx context.Context, url string, body []byte) verdict
+
+// clientKind is one way of sending payments.
+type clientKind struct {
+	name  string
+	build func(*testserver.Server, config) sendFunc
+}
+
+// clientKinds lists the clients compared, idem last.
+func clientKinds() []clientKind {
+	return []clientKind{
+		{"no retries", noRetries},
+		{"naive retries", naiveRetries},
+		{"idem", idemClient},
+	}
+}
+
+// naiveAttempts and naiveBase match idem's defaults, so the rows differ in
+// what is retried, not in how often.
+const (
+	naiveAttempts = idem.DefaultMaxAttempts
+	naiveBase     = idem.DefaultBaseDelay
+)
+
+func transport(srv *testserver.Server, cfg config) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = srv.DialContext // the server refuses some dials
+	tr.MaxIdleConnsPerHost = cfg.workers
+	return tr
+}
+
+// noRetries sends once: what a plain http.Client does.
+func noRetries(srv *testserver.Server, cfg config) sendFunc {
+	hc := &http.Client{Transport: transport(srv, cfg), Timeout: cfg.timeout}
+	return func(ctx context.Context, url string, body []byte) verdict {
+		if ok, _ := post(ctx, hc, url, body); ok {
+			return saidApplied
+		}
+		return saidFailed
+	}
+}
+
+// naiveRetries resends on any transport error, 5xx or 429, without a key:
+// the default of popular retry libraries.
+func naiveRetries(srv *testserver.Server, cfg config) sendFunc {
+	hc := &http.Client{Transport: transport(srv, cfg), Timeout: cfg.timeout}
+	return func(ctx context.Context, url string, body []byte) verdict {
+		for attempt := range naiveAttempts {
+			ok, retry := post(ctx, hc, url, body)
+			if ok {
+				return saidApplied
+			}
+			if !retry || attempt == naiveAttempts-1 {
+				break
+			}
+			time.Sleep(naiveBase << attempt)
+		}
+		return saidFailed
+	}
+}
+
+// post sends one POST and reports success, and whether a naive client
+// would retry.
+func post(ctx context.Context, hc *http.Client, url string, body []byte) (ok, retry bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return false, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false, true
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c := resp.StatusCode
+	return c >= 200 && c < 300, c >= 500 || c == http.StatusTooManyRequests
+}
+
+// idemClient runs each payment as an idem intent with the default policy.
+func idemClient(srv *testserver.Server, cfg config) sendFunc {
+	c := &idem.Client{
+		HTTPClient: &http.Client{Transport: transport(srv, cfg)},
+		Policy:     idem.Policy{AttemptTimeout: cfg.timeout},
+	}
+	return func(ctx context.Context, url string, body []byte) verdict {
+		in, err := idem.NewIntent(http.MethodPost, url, body, idem.WithHeader("Content-Type", "application/json"))
+		if err != nil {
+			return saidFailed
+		}
+		res, err := c.Do(ctx, in)
+		if err == nil {
+			io.Copy(io.Discard, res.Response.Body)
+			res.Response.Body.Close()
+			if res.Outcome.Succeeded() {
+				return saidApplied
+			}
+			return saidFailed
+		}
+		if errors.Is(err, idem.ErrOutcomeUnknown) {
+			return saidUnknown
+		}
+		return saidFailed
+	}
+}

@@ -1,0 +1,222 @@
+// Command chaos sends the same payments through a faulty server three ways:
+// with no retries, with naive retries (resend on any error, as popular retry
+// libraries do), and with idem. It then asks the server how many times each
+// payment took effect and compares that with what each client reported.
+//
+// Run it with no arguments; flags change the size, seed and fault rates:
+//
+//	go run ./examples/chaos
+//	go run ./examples/chaos -n 2000 -seed 7 -drop 0.2
+//
+// The last line summarises idem's row. The command exits 1 if idem
+// duplicated or misreported a payment.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idem-go/idem/internal/testserver"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// config is the demo's flags.
+type config struct {
+	n, workers int
+	seed       int64
+	timeout    time.Duration // per attempt, for every client
+	delay      time.Duration // how long a slow request holds the server
+	refuse     float64       // share of dials refused
+	faults     []faultRate   // in flag order
+}
+
+// faultRate is the share of requests that meet one fault.
+type faultRate struct {
+	fault testserver.Fault
+	rate  float64
+}
+
+func (c config) rates() map[testserver.Fault]float64 {
+	m := make(map[testserver.Fault]float64, len(c.faults))
+	for _, f := range c.faults {
+		m[f.fault] = f.rate
+	}
+	return m
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	fs.IntVar(&c.n, "n", 500, "payments per client")
+	fs.IntVar(&c.workers, "workers", 16, "payments in flight at once")
+	fs.Int64Var(&c.seed, "seed", 1, "seed of the fault sequence")
+	fs.DurationVar(&c.timeout, "timeout", 250*time.Millisecond, "per-attempt timeout of every client")
+	fs.DurationVar(&c.delay, "delay", 600*time.Millisecond, "how long a slow request holds the server")
+	fs.Float64Var(&c.refuse, "refuse", 0.10, "share of connections refused")
+	flags := []struct {
+		fault testserver.Fault
+		name  string
+		def   float64
+		usage string
+	}{
+		{testserver.FaultCommitThenDrop, "drop", 0.08, "share of requests applied, then the connection dropped before the answer"},
+		{testserver.FaultCloseBeforeRead, "close", 0.04, "share of requests whose connection is closed before the server reads them"},
+		{testserver.FaultDelay, "slow", 0.03, "share of requests held -delay by the server, past the client's timeout"},
+		{testserver.Fault503, "e503", 0.05, "share of requests answered 503 before any effect"},
+		{testserver.Fault500AfterEffect, "e500", 0.03, "share of requests applied, then answered 500"},
+		{testserver.Fault429, "e429", 0.02, "share of requests answered 429 with Retry-After"},
+	}
+	vals := make([]float64, len(flags))
+	for i, f := range flags {
+		fs.Float64Var(&vals[i], f.name, f.def, f.usage)
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	total := 0.0
+	for i, f := range flags {
+		if vals[i] < 0 || vals[i] > 1 {
+			return c, fmt.Errorf("chaos: -%s is %v, want 0 to 1", f.name, vals[i])
+		}
+		c.faults = append(c.faults, faultRate{f.fault, vals[i]})
+		total += vals[i]
+	}
+	switch {
+	case total > 1:
+		return c, fmt.Errorf("chaos: fault rates add up to %.2f, more than 1", total)
+	case c.refuse < 0 || c.refuse >= 1:
+		return c, fmt.Errorf("chaos: -refuse is %v, want 0 to less than 1", c.refuse)
+	case c.n < 1 || c.workers < 1:
+		return c, fmt.Errorf("chaos: -n and -workers must be at least 1")
+	case c.timeout <= 0 || c.delay <= 0:
+		return c, fmt.Errorf("chaos: -timeout and -delay must be positive")
+	}
+	return c, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	start := time.Now()
+	fmt.Fprintf(stdout, "idem chaos: %d payments per client, seed %d, %s\n\n", cfg.n, cfg.seed, describe(cfg))
+	var rows []row
+	for _, k := range clientKinds() {
+		r, err := scene(context.Background(), cfg, k)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		rows = append(rows, r)
+	}
+	printTable(stdout, rows)
+	fmt.Fprintf(stdout, "\n(%.1fs)\n", time.Since(start).Seconds())
+	last := rows[len(rows)-1]
+	fmt.Fprintf(stdout, "idem: intents=%d applied=%d duplicates=%d lost=%d misreported=%d unknown=%d\n",
+		last.intents, last.applied, last.duplicates, last.lost, last.misreported, last.unknown)
+	if last.duplicates > 0 || last.misreported > 0 {
+		return 1
+	}
+	return 0
+}
+
+func describe(cfg config) string {
+	parts := []string{fmt.Sprintf("refused dials %.0f%%", 100*cfg.refuse)}
+	for _, f := range cfg.faults {
+		parts = append(parts, fmt.Sprintf("%v %.0f%%", f.fault, 100*f.rate))
+	}
+	return "faults: " + strings.Join(parts, ", ")
+}
+
+// verdict is what a client told its caller about one payment.
+type verdict uint8
+
+const (
+	saidApplied verdict = iota
+	saidFailed
+	saidUnknown
+)
+
+// row is one client's line in the table.
+type row struct {
+	name                                                           string
+	intents, applied, duplicates, lost, misreported, unknown, sent int
+}
+
+// scene runs every payment through one client against a fresh faulty
+// server, then compares the client's verdicts with the server's counts.
+func scene(ctx context.Context, cfg config, k clientKind) (row, error) {
+	srv := testserver.New(testserver.Options{
+		Delay:      cfg.delay,
+		Faults:     testserver.RandomFaults(cfg.seed, cfg.rates()),
+		RefuseDial: testserver.RandomRefusals(cfg.seed, cfg.refuse),
+	})
+	if err := srv.Start(); err != nil {
+		return row{}, fmt.Errorf("chaos: starting the server: %w", err)
+	}
+	defer srv.Close()
+	send := k.build(srv, cfg)
+
+	verdicts := make([]verdict, cfg.n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range cfg.workers {
+		wg.Go(func() {
+			for i := range next {
+				verdicts[i] = send(ctx, srv.URL()+"/payments", payment(i))
+			}
+		})
+	}
+	for i := range cfg.n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+
+	r := row{name: k.name, intents: cfg.n, sent: srv.Requests()}
+	for i, v := range verdicts {
+		effects := srv.EffectsForPayload(payment(i))
+		switch {
+		case effects == 1:
+			r.applied++
+		case effects > 1:
+			r.duplicates++
+		default:
+			r.lost++
+		}
+		switch {
+		case v == saidUnknown:
+			r.unknown++
+		case v == saidApplied && effects == 0, v == saidFailed && effects > 0:
+			r.misreported++
+		}
+	}
+	return r, nil
+}
+
+func payment(i int) []byte {
+	return fmt.Appendf(nil, `{"payment":"p-%05d","amount_cents":%d}`, i, 100+i%900)
+}
+
+func printTable(w io.Writer, rows []row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "client\tintents\tapplied once\tduplicated\tlost\tmisreported\tunknown\trequests\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+			r.name, r.intents, r.applied, r.duplicates, r.lost, r.misreported, r.unknown, r.sent)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestDefaultRun is the demo's promise with its default flags: naive retries
+// duplicate, no retries misreport, idem does neither.
+func TestDefaultRun(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run(nil, &out, &errOut)
+	t.Log("\n" + out.String())
+	require.Empty(t, errOut.String())
+	assert.Equal(t, 0, code, "exit code")
+
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	last := lines[len(lines)-1]
+	m := regexp.MustCompile(`^idem: intents=(\d+) applied=(\d+) duplicates=(\d+) lost=(\d+) misreported=(\d+) unknown=(\d+)$`).FindStringSubmatch(last)
+	require.NotNil(t, m, "last line %q", last)
+	assert.Equal(t, "500", m[1])
+	assert.Equal(t, "0", m[3], "idem duplicates")
+	assert.Equal(t, "0", m[5], "idem misreports")
+
+	rows := tableRows(t, out.String())
+	assert.Greater(t, rows["naive retries"].duplicates, 0, "naive retries must show duplicates")
+	assert.Greater(t, rows["no retries"].misreported, 0, "no retries must show misreports")
+	assert.Equal(t, 0, rows["no retries"].duplicates)
+}
+
+// TestScenes checks each client's row on a smaller run with another seed.
+func TestScenes(t *testing.T) {
+	cfg, err := parseFlags([]string{"-n", "120", "-seed", "3", "-drop", "0.2"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	got := map[string]row{}
+	for _, k := range clientKinds() {
+		r, err := scene(context.Background(), cfg, k)
+		require.NoError(t, err)
+		got[k.name] = r
+		assert.Equal(t, 120, r.intents)
+		assert.Equal(t, r.intents, r.applied+r.duplicates+r.lost, "%s: every payment is counted once", k.name)
+	}
+	idem := got["idem"]
+	assert.Zero(t, idem.duplicates)
+	assert.Zero(t, idem.misreported)
+	assert.Greater(t, got["naive retries"].duplicates, 0)
+	assert.Greater(t, got["no retries"].misreported, 0)
+	assert.Greater(t, idem.applied, got["no retries"].applied, "idem gets more payments through than one attempt does")
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-drop", "1.5"},
+		{"-drop", "0.6", "-e503", "0.6"},
+		{"-refuse", "1"},
+		{"-n", "0"},
+		{"-timeout", "0s"},
+		{"-nope"},
+	} {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, 2, run(args, &out, &errOut), "run(%q)", args)
+		assert.NotEmpty(t, errOut.String(), "run(%q) must say what was wrong", args)
+	}
+}
+
+// tableRows reads the printed table back.
+func tableRows(t *testing.T, out string) map[string]row {
+	t.Helper()
+	rows := map[string]row{}
+	re := regexp.MustCompile(`^\s*(no retries|naive retries|idem)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$`)
+	for _, line := range strings.Split(out, "\n") {
+		m := re.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n := func(i int) int {
+			var v int
+			for _, c := range m[i] {
+				v = v*10 + int(c-'0')
+			}
+			return v
+		}
+		rows[m[1]] = row{name: m[1], intents: n(2), applied: n(3), duplicates: n(4), lost: n(5), misreported: n(6), unknown: n(7), sent: n(8)}
+	}
+	require.Len(t, rows, 3, "table rows in:\n%s", out)
+	return rows
+}
