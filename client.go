@@ -162,6 +162,60 @@ func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
 	return r.loop(ctx)
 }
 
+// History is what earlier attempts of an intent showed, for an attempt made
+// with Client.Attempt by a caller that keeps the trail itself, such as a
+// queue across restarts.
+type History struct {
+	// Ambiguous reports that an earlier attempt was ambiguous.
+	Ambiguous bool
+}
+
+// Step is the result of one attempt made by Client.Attempt.
+type Step struct {
+	// Attempt is the attempt's record.
+	Attempt Attempt
+	// Decision is the verdict on it, given the History.
+	Decision Decision
+	// Response is the response, or nil when none arrived. The caller must
+	// close its Body.
+	Response *http.Response
+	// RetryAfter is the wait the response asked for, not capped; 0 when it
+	// asked for none.
+	RetryAfter time.Duration
+}
+
+// Attempt makes exactly one attempt of in, with the key, credentials,
+// attempt timeout and wire recording of Do, and decides on it as Do would
+// after the attempts h describes. It neither waits nor spends the retry
+// budget: the caller owns the schedule. Most callers want Do; a durable queue,
+// which spreads the attempts of an intent over hours and restarts, wants
+// Attempt.
+//
+// A non-nil error means no attempt was made: ctx had ended, the policy is
+// invalid, or the request could not be built or authorized.
+func (c *Client) Attempt(ctx context.Context, in *Intent, h History) (Step, error) {
+	if in == nil {
+		return Step{}, fmt.Errorf("%w: nil intent", ErrInvalidIntent)
+	}
+	if ctx == nil {
+		return Step{}, errors.New("idem: nil context")
+	}
+	p, err := c.Policy.withDefaults()
+	if err != nil {
+		return Step{}, err
+	}
+	r := run{c: c, in: in, p: p, clock: c.clockOrReal(), ambiguous: h.Ambiguous}
+	resp, d, err := r.step(ctx)
+	if err != nil {
+		return Step{}, err
+	}
+	s := Step{Attempt: r.attempts[0], Decision: d, Response: resp}
+	if resp != nil {
+		s.RetryAfter, _ = ParseRetryAfter(resp.Header.Get("Retry-After"), r.clock.Now())
+	}
+	return s, nil
+}
+
 func (c *Client) httpClient() *http.Client {
 	if c.HTTPClient != nil {
 		return c.HTTPClient
@@ -222,7 +276,7 @@ type run struct {
 func (r *run) loop(ctx context.Context) (*Result, error) {
 	r.start = r.clock.Now()
 	for {
-		resp, att, err := r.attempt(ctx)
+		resp, d, err := r.step(ctx)
 		if err != nil { // the attempt could not be made at all
 			reason := "could not send: " + err.Error()
 			if ctx.Err() != nil {
@@ -230,15 +284,6 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 			}
 			return nil, r.fail(r.outcome(), reason, 0, err)
 		}
-		d := Decide(Facts{
-			Method: r.in.method, HasKey: r.in.HasKey(), Wire: att.Wire, Err: att.Err,
-			Status: att.Status, Header: header(resp), EarlierAmbiguous: r.ambiguous,
-			DeletePolicy: r.c.DeletePolicy,
-		})
-		att.Class = d.Class
-		r.attempts = append(r.attempts, att)
-		r.ambiguous = r.ambiguous || d.Class == ClassAmbiguous
-
 		switch {
 		case d.Action == ActionDone:
 			r.c.budgetOrDefault().succeed(r.spent)
@@ -259,6 +304,23 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 			return nil, r.fail(r.outcome(), "context ended while waiting to retry", 0, err)
 		}
 	}
+}
+
+// step makes one attempt, decides on it and adds it to the trail.
+func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
+	resp, att, err := r.attempt(ctx)
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	d := Decide(Facts{
+		Method: r.in.method, HasKey: r.in.HasKey(), Wire: att.Wire, Err: att.Err,
+		Status: att.Status, Header: header(resp), EarlierAmbiguous: r.ambiguous,
+		DeletePolicy: r.c.DeletePolicy,
+	})
+	att.Class = d.Class
+	r.attempts = append(r.attempts, att)
+	r.ambiguous = r.ambiguous || d.Class == ClassAmbiguous
+	return resp, d, nil
 }
 
 // attempt sends one attempt. A non-nil error means no attempt was made: the

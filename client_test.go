@@ -480,3 +480,63 @@ func TestErrorMessage(t *testing.T) {
 	assert.Equal(t, "idem: GET u: not applied (2 attempts; last: not processed: 429 Too Many Requests)", e2.Error())
 	assert.Equal(t, "idem: GET u: not applied (0 attempts)", (&Error{Method: "GET", URL: "u", Outcome: NotApplied}).Error())
 }
+
+func TestAttempt(t *testing.T) {
+	tests := []struct {
+		name       string
+		method     string
+		history    History
+		steps      []step
+		refuse     int
+		class      Class
+		action     Action
+		outcome    Outcome
+		retryAfter time.Duration
+	}{
+		{"applied", "POST", History{}, []step{answer(201)}, 0, ClassApplied, ActionDone, Applied, 0},
+		{"DELETE 404 after an earlier ambiguous attempt", "DELETE", History{Ambiguous: true}, []step{answer(404)}, 0, ClassAlreadyApplied, ActionDone, AlreadyApplied, 0},
+		{"DELETE 404 with no history", "DELETE", History{}, []step{answer(404)}, 0, ClassRejected, ActionStop, NotApplied, 0},
+		{"Retry-After is not capped", "POST", History{}, []step{answer(429, "Retry-After", "7200")}, 0, ClassNotProcessed, ActionRetry, NotApplied, 2 * time.Hour},
+		{"history makes a 429 unknown", "POST", History{Ambiguous: true}, []step{answer(429)}, 0, ClassNotProcessed, ActionRetry, Unknown, 0},
+		{"never sent", "POST", History{}, nil, 1, ClassNeverSent, ActionRetry, NotApplied, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, tt.steps...)
+			d := &refusingDialer{}
+			d.left.Store(int32(tt.refuse))
+			c, clk := testClient(t, httpClient(t, d.DialContext))
+			in := mustIntent(t, tt.method, srv.URL+"/r", "x")
+			s, err := c.Attempt(context.Background(), in, tt.history)
+			require.NoError(t, err)
+			if s.Response != nil {
+				s.Response.Body.Close()
+			}
+			assert.Equal(t, tt.class, s.Decision.Class)
+			assert.Equal(t, tt.class, s.Attempt.Class)
+			assert.Equal(t, tt.action, s.Decision.Action)
+			assert.Equal(t, tt.outcome, s.Decision.Outcome)
+			assert.Equal(t, tt.retryAfter, s.RetryAfter)
+			assert.Equal(t, tt.refuse == 0, s.Response != nil)
+			assert.Empty(t, clk.Sleeps(), "Attempt never waits")
+			assert.LessOrEqual(t, len(srv.Requests()), 1, "exactly one attempt")
+		})
+	}
+}
+
+func TestAttemptBadInput(t *testing.T) {
+	c := &Client{}
+	_, err := c.Attempt(context.Background(), nil, History{})
+	assert.ErrorIs(t, err, ErrInvalidIntent)
+	in := mustIntent(t, "POST", "http://127.0.0.1:1/", "x")
+	//lint:ignore SA1012 testing the nil-context guard
+	_, err = c.Attempt(nil, in, History{}) //nolint:staticcheck
+	assert.ErrorContains(t, err, "nil context")
+	c.Policy.BaseDelay = -1
+	_, err = c.Attempt(context.Background(), in, History{})
+	assert.ErrorIs(t, err, ErrInvalidPolicy)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = (&Client{}).Attempt(ctx, in, History{})
+	assert.ErrorIs(t, err, context.Canceled)
+}
