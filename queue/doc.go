@@ -1,0 +1,70 @@
+// Package queue is a durable queue of idem intents in one bbolt file: what an
+// edge device or a service uses to keep writes through outages, restarts and
+// power loss, sending each exactly as idem.Client would, with the same key,
+// however late.
+//
+// It sits where an outbox table sits beside a database: the application
+// hands over the intent, the queue makes it durable and delivers it when the
+// network allows.
+//
+// # Basics
+//
+// Open the file, start the drainer, enqueue:
+//
+//	q, err := queue.Open("/var/lib/app/intents.db", queue.Options{Client: client})
+//	...
+//	go q.Run(ctx)
+//	id, err := q.Enqueue(ctx, intent) // durable when it returns
+//	rec, err := q.Wait(ctx, id)       // or Options.Notify, or Get later
+//
+// Enqueue returns only after an fsync'd commit; concurrent producers share
+// commits. A record then moves pending -> in flight -> done | failed |
+// expired. Before each attempt a lease commit marks it in flight and records
+// FirstSentAt, the instant the server may first have seen the key; after it,
+// idem's decision table settles the record or schedules the next attempt,
+// with a backoff (or the server's Retry-After) that survives restarts.
+//
+// Lanes order delivery: records of one lane (Intent.Lane, say a resource)
+// go one at a time in enqueue order, and a lane whose head must wait blocks
+// only itself; lanes drain in parallel. The default lane is one FIFO.
+//
+// # The horizon
+//
+// A server forgets a key some time after it first saw it (Options.Retention;
+// Stripe keeps keys at least 24 hours). A resend after that is a new
+// operation: a silent duplicate. Before every attempt the queue checks
+// now + AttemptTimeout against FirstSentAt + Retention - Margin, and a record
+// past it becomes expired, with Outcome Unknown if an attempt was ambiguous
+// (the operation may have happened) or NotApplied. Expired records are
+// surfaced (Notify, List, Wait), never sent again and never resent under a
+// new key unless an operator calls Resubmit. A record that never reached the
+// server has no such horizon; Options.MaxAge limits stale intents instead.
+//
+// The horizon is judged by the wall clock, and edge devices boot with wrong
+// clocks: the queue keeps the latest time it has seen, and while the clock
+// reads earlier than that by more than Options.ClockTolerance it sends
+// nothing and reports EventClockHeld.
+//
+// # What is guaranteed
+//
+//   - An intent Enqueue accepted is in the file; it is settled or still
+//     there after any crash, kill or power loss that leaves the disk honest
+//     about fsync.
+//   - Every attempt of a record presents the intent's key; a record is sent
+//     again after a crash (at-least-once delivery), which the key makes
+//     exactly-once at a server that implements the protocol.
+//   - No attempt starts past the horizon; no record is dropped silently.
+//
+// # Caveats
+//
+// Exactly-once needs the server's side: a server that ignores the key, or
+// forgets it sooner than Options.Retention says, can apply a resend twice.
+// A record that was in flight at a crash is counted as ambiguous, since
+// nobody saw its attempt end. When every recent attempt fails before
+// reaching the network the drainer treats the device as offline and probes
+// with a growing delay; call Wake when the application knows the network is
+// back. A 401 gets one more attempt with fresh credentials from
+// Client.Authorize, then its lane is held (EventLaneHeld) until Wake, with
+// its records kept. Settled records are kept for Options.KeepSettled, then
+// removed; a file that is mostly free space is compacted at Open.
+package queue

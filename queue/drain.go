@@ -1,0 +1,548 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem"
+)
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventSettled: Record settled (done, failed or expired).
+	EventSettled EventKind = iota + 1
+	// EventLaneHeld: Lane is held after a 401 that fresh credentials did
+	// not cure; its records wait for Wake.
+	EventLaneHeld
+	// EventOffline: attempts stopped reaching the network; the drainer
+	// probes with a growing delay until an attempt gets through or Wake.
+	EventOffline
+	// EventOnline: an attempt got through again.
+	EventOnline
+	// EventClockHeld: the clock reads earlier than a time the queue has
+	// seen; no send until it catches up, since no horizon can be judged.
+	EventClockHeld
+	// EventError: the drainer met an error it will retry, such as a failed
+	// commit.
+	EventError
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventSettled:
+		return "settled"
+	case EventLaneHeld:
+		return "lane held"
+	case EventOffline:
+		return "offline"
+	case EventOnline:
+		return "online"
+	case EventClockHeld:
+		return "clock held"
+	case EventError:
+		return "error"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event reports something the drainer did or met.
+type Event struct {
+	Kind EventKind
+	// Record is the settled record, for EventSettled.
+	Record *Record
+	// Lane is the held lane, for EventLaneHeld.
+	Lane string
+	// Err says why, for EventLaneHeld, EventClockHeld and EventError.
+	Err error
+}
+
+// Wake tells the drainer the network is back: it ends an offline wait and
+// lane holds, and makes records whose last attempt was never sent due at
+// once. Retry-After waits the server asked for still hold.
+func (q *Queue) Wake() {
+	q.mu.Lock()
+	now := q.opts.now()
+	q.woken = now
+	wasOffline := q.offline.on
+	q.offline = offlineState{}
+	for _, l := range q.lanes {
+		l.held = ""
+		if !l.busy && l.count > 0 {
+			l.nextAt = now
+			q.ready.push(l)
+		}
+	}
+	q.mu.Unlock()
+	if wasOffline {
+		q.notify(Event{Kind: EventOnline})
+	}
+	q.poke()
+}
+
+// Run drains the queue until ctx ends or Close is called, then returns nil
+// once the attempts under way have been recorded. Lanes drain in parallel,
+// up to Options.Workers; within a lane, records go one at a time in enqueue
+// order, one attempt per lease. Only one Run may drain a queue at a time.
+func (q *Queue) Run(ctx context.Context) error {
+	q.mu.Lock()
+	switch {
+	case q.closing:
+		q.mu.Unlock()
+		return ErrClosed
+	case q.running:
+		q.mu.Unlock()
+		return ErrRunning
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	q.running, q.stop = true, stop
+	q.draining.Add(1)
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		q.running, q.stop = false, nil
+		q.mu.Unlock()
+		q.draining.Done()
+	}()
+
+	free := q.opts.Workers
+	done := make(chan *lane, q.opts.Workers)
+	lastSweep := q.opts.now()
+	for {
+		for drained := false; !drained; { // collect finished workers
+			select {
+			case l := <-done:
+				free++
+				q.release(l)
+			default:
+				drained = true
+			}
+		}
+		if ctx.Err() != nil || q.isClosing() {
+			for ; free < q.opts.Workers; free++ {
+				q.release(<-done)
+			}
+			return nil
+		}
+		now := q.opts.now()
+		if now.Sub(lastSweep) >= sweepEvery {
+			lastSweep = now
+			if _, err := q.guardedSweep(now); err != nil {
+				q.notify(Event{Kind: EventError, Err: err})
+			}
+		}
+		l, wait := q.dispatch(now, free)
+		if l != nil {
+			free--
+			q.draining.Add(1)
+			go func() {
+				defer q.draining.Done()
+				q.work(ctx, l)
+				done <- l
+			}()
+			continue
+		}
+		t := time.NewTimer(min(wait, q.opts.idle))
+		select {
+		case <-ctx.Done():
+		case <-q.kick:
+		case l := <-done:
+			free++
+			q.release(l)
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// dispatch picks a due lane for a free worker, or says how long to wait.
+func (q *Queue) dispatch(now time.Time, free int) (*lane, time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	wait := q.opts.idle
+	if free == 0 {
+		return nil, wait
+	}
+	if o := &q.offline; o.on {
+		if o.probing {
+			return nil, wait
+		}
+		if d := o.until.Sub(now); d > 0 {
+			return nil, d
+		}
+	}
+	l, d, ok := q.ready.due(now)
+	if l == nil {
+		if ok {
+			wait = d
+		}
+		return nil, wait
+	}
+	l.busy = true
+	if q.offline.on {
+		q.offline.probing = true
+	}
+	return l, 0
+}
+
+// release returns a lane from a worker to the schedule.
+func (q *Queue) release(l *lane) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l.busy = false
+	switch {
+	case l.count <= 0:
+		q.ready.remove(l)
+		delete(q.lanes, l.name)
+	case l.held == "":
+		q.ready.push(l)
+	}
+}
+
+// work makes at most one attempt for the head of lane l, or settles it
+// without one, then sets when the lane is next due.
+func (q *Queue) work(ctx context.Context, l *lane) {
+	now := q.opts.now()
+	next, err := q.workHead(ctx, l.name, now)
+	if err != nil {
+		q.notify(Event{Kind: EventError, Err: err})
+		next = now.Add(q.opts.RetryBase)
+	}
+	q.mu.Lock()
+	l.nextAt = next
+	q.offline.probing = false // a probe that made no attempt is over too
+	q.mu.Unlock()
+}
+
+// workHead handles the head of a lane and returns when the lane is next due.
+func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.Time, error) {
+	r, data, err := q.head(name)
+	if err != nil || r == nil {
+		return now, err
+	}
+	if !q.due(r, now) {
+		return r.NextAttempt, nil
+	}
+	q.mu.Lock()
+	hwm := q.hwm
+	q.mu.Unlock()
+	switch v, reason := q.h.judge(r, now, hwm); v {
+	case verdictHold:
+		q.holdClock(reason)
+		return now.Add(q.opts.idle), nil
+	case verdictExpire:
+		q.unholdClock()
+		return now, q.settle(r, len(data), Expired, q.outcomeOf(r), reason, nil)
+	}
+	q.unholdClock()
+	if err := q.lease(r, len(data), now); err != nil {
+		return now, err
+	}
+	return q.attempt(ctx, r)
+}
+
+// due reports whether r's next attempt is due: its time has come, or Wake
+// was called after an attempt that never got out.
+func (q *Queue) due(r *Record, now time.Time) bool {
+	if !r.NextAttempt.After(now) {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return r.LastClass == idem.ClassNeverSent && q.woken.After(r.LastAttemptAt)
+}
+
+func (q *Queue) head(name string) (*Record, []byte, error) {
+	var r *Record
+	var data []byte
+	err := q.guard(func() error {
+		return q.db.View(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			r, data, err = b.head(name)
+			return err
+		})
+	})
+	return r, data, err
+}
+
+// lease marks r in flight and counts the attempt, setting FirstSentAt if
+// unset, before anything is sent: a crash after the send leaves the record
+// marked as possibly sent, which is the safe side.
+func (q *Queue) lease(r *Record, oldLen int, now time.Time) error {
+	old := r.State
+	r.State = InFlight
+	r.Attempts++
+	r.LastAttemptAt = now
+	r.leaseSetFirstSent = r.FirstSentAt.IsZero()
+	if r.leaseSetFirstSent {
+		r.FirstSentAt = now
+	}
+	q.mu.Lock()
+	if now.After(q.hwm) {
+		q.hwm = now
+	}
+	hwm := q.hwm
+	q.mu.Unlock()
+	return q.guard(func() error {
+		return q.write(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			if err := b.update(old, oldLen, r); err != nil {
+				return err
+			}
+			if getUint(b.meta, metaHWM) < uint64(nanos(hwm)) {
+				return putUint(b.meta, metaHWM, uint64(nanos(hwm)))
+			}
+			return nil
+		})
+	})
+}
+
+// attempt sends one attempt of the leased r and records what followed.
+func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
+	actx, cancel := context.WithTimeout(ctx, q.opts.AttemptTimeout)
+	defer cancel()
+	step, err := q.opts.Client.Attempt(actx, r.Intent, idem.History{Ambiguous: r.Ambiguous})
+	now := q.opts.now()
+	if err != nil { // nothing was sent: ctx ended, or credentials could not be had
+		r.LastError = err.Error()
+		r.Attempts--
+		if r.leaseSetFirstSent {
+			r.FirstSentAt = time.Time{}
+		}
+		next := now.Add(q.backoff(r))
+		if ctx.Err() != nil {
+			next = now // shutting down: due at once on the next run
+		}
+		return next, q.requeue(r, next)
+	}
+	var res *Response
+	if step.Response != nil {
+		res = q.keep(step.Response)
+	}
+	r.LastClass, r.LastStatus, r.LastError = step.Decision.Class, step.Attempt.Status, ""
+	if step.Attempt.Err != nil {
+		r.LastError = step.Attempt.Err.Error()
+	}
+	q.observe(step.Decision.Class)
+	if step.Decision.Class == idem.ClassAmbiguous {
+		r.Ambiguous = true
+	}
+	d := step.Decision
+	switch {
+	case d.Action == idem.ActionDone:
+		return now, q.settleLeased(r, Done, d.Outcome, "", res)
+	case d.Action == idem.ActionStop && step.Attempt.Status == http.StatusUnauthorized:
+		return q.unauthorized(r, now)
+	case d.Action == idem.ActionStop:
+		return now, q.settleLeased(r, Failed, d.Outcome, d.Reason, res)
+	}
+	return q.retryLater(r, d, step.RetryAfter, now)
+}
+
+// retryLater schedules the next attempt of r, or settles it when no attempt
+// could be made in time.
+func (q *Queue) retryLater(r *Record, d idem.Decision, retryAfter time.Duration, now time.Time) (time.Time, error) {
+	if d.Class == idem.ClassNeverSent && r.leaseSetFirstSent {
+		r.FirstSentAt = time.Time{} // the server never saw this lease's attempt
+	}
+	if q.opts.MaxAttempts > 0 && r.Attempts >= q.opts.MaxAttempts {
+		return now, q.settleLeased(r, Failed, q.outcomeOf(r), fmt.Sprintf("attempts exhausted (%d)", r.Attempts), nil)
+	}
+	wait := max(q.backoff(r), retryAfter)
+	next := now.Add(wait)
+	if ok, reason := q.h.fitsBefore(r, next); !ok {
+		if retryAfter > 0 {
+			reason = fmt.Sprintf("the server asked to wait %v (Retry-After): %s", retryAfter, reason)
+		}
+		return now, q.settleLeased(r, Expired, q.outcomeOf(r), reason, nil)
+	}
+	return next, q.requeue(r, next)
+}
+
+// unauthorized handles a 401: one more attempt at once with fresh
+// credentials, then the lane is held and reported, its records kept.
+func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
+	if r.leaseSetFirstSent && !r.Ambiguous {
+		// A 401 comes before any effect; the key was not used.
+		r.FirstSentAt = time.Time{}
+	}
+	if !r.reauthorized {
+		r.reauthorized = true
+		return now, q.requeue(r, now)
+	}
+	if err := q.requeue(r, now); err != nil {
+		return now, err
+	}
+	err := fmt.Errorf("queue: lane %q: 401 Unauthorized with fresh credentials; held until Wake", r.Intent.Lane())
+	q.mu.Lock()
+	if l := q.lanes[r.Intent.Lane()]; l != nil {
+		l.held = err.Error()
+	}
+	q.mu.Unlock()
+	q.notify(Event{Kind: EventLaneHeld, Lane: r.Intent.Lane(), Err: err})
+	return now, nil
+}
+
+// requeue commits r as pending, due at next.
+func (q *Queue) requeue(r *Record, next time.Time) error {
+	r.State, r.NextAttempt, r.leaseSetFirstSent = Pending, next, false
+	return q.commit(InFlight, r)
+}
+
+// settleLeased settles a record that is in flight.
+func (q *Queue) settleLeased(r *Record, s State, o idem.Outcome, reason string, res *Response) error {
+	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.opts.now()
+	r.leaseSetFirstSent = false
+	if err := q.commit(InFlight, r); err != nil {
+		return err
+	}
+	q.settled(r)
+	return nil
+}
+
+// settle settles a pending record without an attempt.
+func (q *Queue) settle(r *Record, oldLen int, s State, o idem.Outcome, reason string, res *Response) error {
+	old := r.State
+	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.opts.now()
+	err := q.guard(func() error {
+		return q.write(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			return b.update(old, oldLen, r)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	q.settled(r)
+	return nil
+}
+
+// commit stores r, which was in state old, reading its stored size afresh.
+func (q *Queue) commit(old State, r *Record) error {
+	return q.guard(func() error {
+		return q.write(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			return b.update(old, len(b.records.Get(idKey(r.ID))), r)
+		})
+	})
+}
+
+// settled tells the lane, the waiters and Notify that r settled.
+func (q *Queue) settled(r *Record) {
+	q.mu.Lock()
+	if l := q.lanes[r.Intent.Lane()]; l != nil {
+		l.count--
+	}
+	ws := q.waiters[r.ID]
+	delete(q.waiters, r.ID)
+	q.mu.Unlock()
+	for _, w := range ws {
+		w <- r
+	}
+	q.notify(Event{Kind: EventSettled, Record: r})
+}
+
+// outcomeOf is the outcome of r if it ends now without success.
+func (q *Queue) outcomeOf(r *Record) idem.Outcome {
+	if r.Ambiguous {
+		return idem.Unknown
+	}
+	return idem.NotApplied
+}
+
+// backoff is the wait before r's next attempt.
+func (q *Queue) backoff(r *Record) time.Duration {
+	p := idem.Policy{BaseDelay: q.opts.RetryBase, MaxDelay: q.opts.RetryMax}
+	return p.Backoff(max(r.Attempts, 1), q.opts.rand())
+}
+
+// observe feeds an attempt's class to offline detection.
+func (q *Queue) observe(c idem.Class) {
+	var ev EventKind
+	q.mu.Lock()
+	o := &q.offline
+	o.probing = false
+	if c != idem.ClassNeverSent {
+		if o.on {
+			ev = EventOnline
+		}
+		*o = offlineState{}
+	} else {
+		o.streak++
+		switch {
+		case o.on:
+			o.delay = min(2*o.delay, offlineMaxDelay)
+			o.until = q.opts.now().Add(o.delay)
+		case o.streak >= offlineAfter:
+			o.on, o.delay = true, offlineFirst
+			o.until = q.opts.now().Add(o.delay)
+			ev = EventOffline
+		}
+	}
+	q.mu.Unlock()
+	if ev != 0 {
+		q.notify(Event{Kind: ev})
+	}
+}
+
+func (q *Queue) holdClock(reason string) {
+	q.mu.Lock()
+	first := q.held == ""
+	q.held = reason
+	q.mu.Unlock()
+	if first {
+		q.notify(Event{Kind: EventClockHeld, Err: errors.New("queue: sends held: " + reason)})
+	}
+}
+
+func (q *Queue) unholdClock() {
+	q.mu.Lock()
+	q.held = ""
+	q.mu.Unlock()
+}
+
+func (q *Queue) notify(e Event) {
+	if q.opts.Notify != nil {
+		q.opts.Notify(e)
+	}
+}
+
+// keep reads the part of a response worth storing and closes it.
+func (q *Queue) keep(resp *http.Response) *Response {
+	defer resp.Body.Close()
+	limit := int64(q.opts.MaxResultBody)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	res := &Response{Status: resp.StatusCode, Header: http.Header{}}
+	if int64(len(body)) > limit {
+		body, res.Truncated = body[:limit], true
+	}
+	if len(body) > 0 {
+		res.Body = body
+	}
+	for _, k := range [...]string{"Content-Type", "Location", "Etag", "Idempotent-Replayed", "Idempotency-Replayed", "X-Idempotent-Replayed"} {
+		if v := resp.Header.Values(k); len(v) > 0 {
+			res.Header[k] = append([]string(nil), v...)
+		}
+	}
+	return res
+}

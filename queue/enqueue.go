@@ -1,0 +1,152 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/idem-go/idem"
+)
+
+// Enqueue stores in durably and returns its ID: when it returns nil, the
+// intent is in the file (an fsync'd commit) and will be sent, after a crash
+// too, with its key. Concurrent callers share commits; a lone caller commits
+// at once.
+//
+// Enqueue refuses a POST or PATCH without a key (ErrNeedsKey) and an intent
+// that would take the queue past its limits (ErrQueueFull). Enqueuing an
+// intent whose key is queued already returns the existing record's ID when it
+// is the same operation (method, URL and body), so a producer that crashed
+// before learning the result can simply enqueue again; another operation
+// under that key gives ErrKeyInUse.
+func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
+	if in == nil {
+		return 0, fmt.Errorf("%w: nil intent", idem.ErrInvalidIntent)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if !in.HasKey() && !idem.IsIdempotent(in.Method()) {
+		return 0, fmt.Errorf("%w: %s %s", ErrNeedsKey, in.Method(), in.URL())
+	}
+	now := q.opts.now()
+	r := &Record{Intent: in, State: Pending, NextAttempt: now, EnqueuedAt: now}
+	data, err := in.MarshalBinary()
+	if err != nil {
+		return 0, err
+	}
+	r.intentBytes = data
+
+	var id ID
+	var existed bool
+	err = q.guard(func() error {
+		return q.write(func(tx *bolt.Tx) error {
+			id, existed = 0, false
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			if prior, err := q.sameKey(b, in); err != nil || prior != 0 {
+				id, existed = prior, prior != 0
+				return err
+			}
+			if err := q.checkRoom(b, len(data)); err != nil {
+				return err
+			}
+			seq, err := b.records.NextSequence()
+			if err != nil {
+				return err
+			}
+			r.ID = ID(seq)
+			id = r.ID
+			_, err = b.insert(r)
+			return err
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !existed {
+		q.added(in.Lane(), now)
+	}
+	return id, nil
+}
+
+// sameKey returns the ID of the record holding in's key, if it holds the
+// same operation; ErrKeyInUse if another.
+func (q *Queue) sameKey(b buckets, in *idem.Intent) (ID, error) {
+	if !in.HasKey() {
+		return 0, nil
+	}
+	v := b.keys.Get([]byte(in.Key()))
+	if v == nil {
+		return 0, nil
+	}
+	id := ID(getID(v))
+	r, _, err := b.get(id)
+	if err != nil || r == nil {
+		return 0, err
+	}
+	o := r.Intent
+	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
+		return 0, fmt.Errorf("%w: key %q is record %d, %s %s", ErrKeyInUse, in.Key(), id, o.Method(), o.URL())
+	}
+	return id, nil
+}
+
+func getID(v []byte) uint64 {
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// checkRoom refuses a record of size bytes past the limits.
+func (q *Queue) checkRoom(b buckets, size int) error {
+	items := getUint(b.meta, metaCount(Pending)) + getUint(b.meta, metaCount(InFlight))
+	if items+1 > uint64(q.opts.MaxItems) {
+		return fmt.Errorf("%w: %d unsettled records, limit %d", ErrQueueFull, items, q.opts.MaxItems)
+	}
+	if used := getUint(b.meta, metaBytes); used+uint64(size) > uint64(q.opts.MaxBytes) {
+		return fmt.Errorf("%w: %d bytes used, %d more would pass the limit of %d", ErrQueueFull, used, size, q.opts.MaxBytes)
+	}
+	return nil
+}
+
+// added records a new record in lane for the drainer.
+func (q *Queue) added(name string, now time.Time) {
+	q.mu.Lock()
+	l := q.lanes[name]
+	if l == nil {
+		l = &lane{name: name, index: -1, nextAt: now}
+		q.lanes[name] = l
+	}
+	l.count++
+	if l.count == 1 && !l.busy && l.held == "" {
+		l.nextAt = now
+		q.ready.push(l)
+	}
+	q.mu.Unlock()
+	q.poke()
+}
+
+// guard runs fn unless the queue is closed, and keeps Close waiting until fn
+// returns.
+func (q *Queue) guard(fn func() error) error {
+	q.life.RLock()
+	defer q.life.RUnlock()
+	if q.isClosed() {
+		return ErrClosed
+	}
+	err := fn()
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}

@@ -1,0 +1,36 @@
+package queue
+
+import "errors"
+
+// Sentinel errors. Match them with errors.Is.
+var (
+	// ErrQueueFull is returned by Enqueue when the intent would take the
+	// queue past Options.MaxItems or Options.MaxBytes of unsettled records.
+	ErrQueueFull = errors.New("queue: full")
+	// ErrNeedsKey is returned by Enqueue for an intent whose method is not
+	// idempotent (POST, PATCH) and that has no key: after an ambiguous
+	// attempt nothing could make a resend safe.
+	ErrNeedsKey = errors.New("queue: not idempotent and no key")
+	// ErrKeyInUse is returned by Enqueue when a record with the same key
+	// holds another operation (method, URL or body differ).
+	ErrKeyInUse = errors.New("queue: key already queued for another operation")
+	// ErrNotFound is returned when no record has the given ID.
+	ErrNotFound = errors.New("queue: no such record")
+	// ErrInFlight is returned by Discard for a record whose attempt is
+	// under way.
+	ErrInFlight = errors.New("queue: record in flight")
+	// ErrNotResubmittable is returned by Resubmit for a record that is not
+	// expired or failed, or was resubmitted already.
+	ErrNotResubmittable = errors.New("queue: record cannot be resubmitted")
+	// ErrClosed is returned by every method once Close was called.
+	ErrClosed = errors.New("queue: closed")
+	// ErrRunning is returned by Run when the queue is drained already.
+	ErrRunning = errors.New("queue: already running")
+	// ErrLocked is returned by Open when another process holds the file.
+	ErrLocked = errors.New("queue: file locked by another process")
+	// ErrDamaged is returned by Open, and by reads, when the file or a
+	// record in it is damaged. Open never writes to a damaged file.
+	ErrDamaged = errors.New("queue: file damaged")
+	// ErrInvalidOptions is returned by Open for inconsistent Options.
+	ErrInvalidOptions = errors.New("queue: invalid options")
+)

@@ -1,0 +1,307 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/idem-go/idem"
+)
+
+// Option defaults.
+const (
+	DefaultWorkers        = 4
+	DefaultRetention      = 24 * time.Hour
+	DefaultMargin         = time.Hour
+	DefaultAttemptTimeout = 30 * time.Second
+	DefaultRetryBase      = time.Second
+	DefaultRetryMax       = 5 * time.Minute
+	DefaultMaxItems       = 1_000_000
+	DefaultMaxBytes       = 1 << 30
+	DefaultMaxResultBody  = 64 << 10
+	DefaultKeepSettled    = 7 * 24 * time.Hour
+	DefaultLockTimeout    = time.Second
+	DefaultClockTolerance = 5 * time.Minute
+)
+
+// Options configure a Queue. The zero Options are the defaults; each zero
+// field takes its default. Negative values are invalid.
+type Options struct {
+	// Client sends the attempts: its HTTPClient, Authorize hook, key header
+	// and AttemptTimeout apply; its MaxAttempts and budget do not, since the
+	// queue keeps its own schedule. If nil, a zero idem.Client is used.
+	Client *idem.Client
+	// Workers is how many lanes drain in parallel; 0 means DefaultWorkers.
+	Workers int
+	// Retention is how long the server keeps an idempotency key; 0 means
+	// DefaultRetention (24 hours, Stripe's minimum). Ask the server's
+	// documentation: a wrong value here is a duplicate there.
+	Retention time.Duration
+	// Margin is kept off Retention against clock skew and slow attempts; 0
+	// means DefaultMargin. It must be less than Retention.
+	Margin time.Duration
+	// MaxAge limits how long after its CreatedAt an intent may be sent at
+	// all, for operations that go stale (an order from yesterday); 0 means
+	// no limit.
+	MaxAge time.Duration
+	// AttemptTimeout bounds each attempt, and is counted by the horizon; 0
+	// means DefaultAttemptTimeout.
+	AttemptTimeout time.Duration
+	// RetryBase and RetryMax shape the backoff between attempts of one
+	// record (exponential with jitter); 0 means DefaultRetryBase and
+	// DefaultRetryMax. A server's Retry-After is honoured however long.
+	RetryBase, RetryMax time.Duration
+	// MaxAttempts ends a record as failed after so many attempts; 0 means no
+	// limit but the horizon.
+	MaxAttempts int
+	// MaxItems and MaxBytes bound the unsettled records and their encoded
+	// size; Enqueue past them returns ErrQueueFull. 0 means DefaultMaxItems
+	// and DefaultMaxBytes.
+	MaxItems int
+	MaxBytes int64
+	// MaxResultBody caps the response body stored with a settled record; 0
+	// means DefaultMaxResultBody.
+	MaxResultBody int
+	// KeepSettled is how long settled records are kept before removal; 0
+	// means DefaultKeepSettled.
+	KeepSettled time.Duration
+	// LockTimeout is how long Open waits for a file another process holds;
+	// 0 means DefaultLockTimeout.
+	LockTimeout time.Duration
+	// ClockTolerance is how far the clock may read before the latest time
+	// the queue has seen before sends are held; 0 means
+	// DefaultClockTolerance.
+	ClockTolerance time.Duration
+	// Notify, if not nil, is called for every Event, from the drainer's
+	// goroutines, with no lock held. It must not block for long.
+	Notify func(Event)
+
+	// Seams for tests: nil means the real clock, math/rand/v2, os.OpenFile.
+	now      func() time.Time
+	rand     func() float64
+	openFile func(string, int, os.FileMode) (*os.File, error)
+	idle     time.Duration // longest drainer sleep; 0 means one second
+}
+
+func (o Options) withDefaults() (Options, error) {
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{
+		{"Workers", int64(o.Workers)}, {"Retention", int64(o.Retention)}, {"Margin", int64(o.Margin)},
+		{"MaxAge", int64(o.MaxAge)}, {"AttemptTimeout", int64(o.AttemptTimeout)},
+		{"RetryBase", int64(o.RetryBase)}, {"RetryMax", int64(o.RetryMax)}, {"MaxAttempts", int64(o.MaxAttempts)},
+		{"MaxItems", int64(o.MaxItems)}, {"MaxBytes", o.MaxBytes}, {"MaxResultBody", int64(o.MaxResultBody)},
+		{"KeepSettled", int64(o.KeepSettled)}, {"LockTimeout", int64(o.LockTimeout)}, {"ClockTolerance", int64(o.ClockTolerance)},
+	} {
+		if f.v < 0 {
+			return o, fmt.Errorf("%w: %s is negative (%d)", ErrInvalidOptions, f.name, f.v)
+		}
+	}
+	set := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	set(&o.Retention, DefaultRetention)
+	set(&o.Margin, DefaultMargin)
+	set(&o.AttemptTimeout, DefaultAttemptTimeout)
+	set(&o.RetryBase, DefaultRetryBase)
+	set(&o.RetryMax, DefaultRetryMax)
+	set(&o.KeepSettled, DefaultKeepSettled)
+	set(&o.LockTimeout, DefaultLockTimeout)
+	set(&o.ClockTolerance, DefaultClockTolerance)
+	set(&o.idle, time.Second)
+	if o.Margin >= o.Retention {
+		return o, fmt.Errorf("%w: Margin %v must be less than Retention %v", ErrInvalidOptions, o.Margin, o.Retention)
+	}
+	if o.AttemptTimeout >= o.Retention-o.Margin {
+		return o, fmt.Errorf("%w: AttemptTimeout %v leaves no time within Retention %v less Margin %v", ErrInvalidOptions, o.AttemptTimeout, o.Retention, o.Margin)
+	}
+	if o.Workers == 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.MaxItems == 0 {
+		o.MaxItems = DefaultMaxItems
+	}
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxResultBody == 0 {
+		o.MaxResultBody = DefaultMaxResultBody
+	}
+	if o.Client == nil {
+		o.Client = &idem.Client{}
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.rand == nil {
+		o.rand = rand.Float64
+	}
+	return o, nil
+}
+
+// Queue is a durable queue of intents in one bbolt file. Enqueue persists an
+// intent before its first attempt; Run drains the queue. A Queue is safe for
+// concurrent use.
+type Queue struct {
+	db   *bolt.DB
+	path string
+	opts Options
+	h    horizon
+
+	// writers counts write transactions under way: a lone writer commits at
+	// once with Update, concurrent ones share commits with Batch.
+	writers atomic.Int32
+
+	// life is held for reading by every operation on the file and for
+	// writing by Close, so that Close waits for them.
+	life sync.RWMutex
+
+	mu       sync.Mutex // guards the fields below
+	lanes    map[string]*lane
+	ready    laneHeap
+	waiters  map[ID][]chan *Record
+	hwm      time.Time // the latest wall time seen, persisted at each lease
+	offline  offlineState
+	woken    time.Time // when Wake was last called
+	held     string    // why sends are held for the clock; "" when not
+	closing  bool // Close has begun: Run stops
+	running  bool
+	stop     context.CancelFunc // ends a running drainer
+	closed   bool
+	kick     chan struct{} // wakes the drainer; buffered, never closed
+	draining sync.WaitGroup
+}
+
+// Open opens the queue file at path, creating it (mode 0600) if it does not
+// exist. A file another process holds gives ErrLocked after
+// Options.LockTimeout; a damaged file gives ErrDamaged and is left as it is.
+// Records left in flight by a crash return to pending: their next attempt
+// presents the same key, so a server that saw the first one answers from its
+// store. A file mostly of free space is compacted.
+func Open(path string, opts Options) (*Queue, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(path + compactSuffix) // a compaction a crash interrupted
+	db, err := openDB(path, o)
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{
+		db: db, path: path, opts: o,
+		h: horizon{
+			retention: o.Retention, margin: o.Margin, maxAge: o.MaxAge,
+			attemptTimeout: o.AttemptTimeout, clockTolerance: o.ClockTolerance,
+		},
+		lanes:   map[string]*lane{},
+		waiters: map[ID][]chan *Record{},
+		kick:    make(chan struct{}, 1),
+	}
+	if err := q.recover(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := q.maybeCompact(); err != nil {
+		q.db.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+func openDB(path string, o Options) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile})
+	switch {
+	case err == nil:
+		db.MaxBatchDelay = batchDelay
+		return db, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, o.LockTimeout)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
+		return nil, fmt.Errorf("%w: %s is not a readable queue file: %v", ErrDamaged, path, err)
+	}
+	return nil, fmt.Errorf("queue: open %s: %w", path, err)
+}
+
+// batchDelay is how long a shared commit waits for company. Producers that
+// arrive while a commit runs gather behind it anyway, so a short delay only
+// bounds the wait of a batch that stays small.
+const batchDelay = time.Millisecond
+
+// Close stops Run, waits for the attempts under way to be recorded, then
+// closes the file. Later calls return ErrClosed.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.closing {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	q.closing = true
+	stop := q.stop
+	q.mu.Unlock()
+	if stop != nil {
+		stop() // ends attempts under way; their results are still committed
+	}
+	q.poke()
+	q.draining.Wait()
+
+	q.mu.Lock()
+	q.closed = true
+	for id, ws := range q.waiters {
+		for _, w := range ws {
+			close(w)
+		}
+		delete(q.waiters, id)
+	}
+	q.mu.Unlock()
+	q.life.Lock()
+	defer q.life.Unlock()
+	return q.db.Close()
+}
+
+// Path returns the file's path.
+func (q *Queue) Path() string { return q.path }
+
+func (q *Queue) isClosing() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closing
+}
+
+func (q *Queue) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// poke wakes the drainer without blocking.
+func (q *Queue) poke() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// write runs fn in a write transaction: at once when it is the only writer,
+// sharing a commit with concurrent writers otherwise. fn may run twice, as
+// with bolt.DB.Batch, so it must only touch the transaction and variables it
+// sets afresh each time.
+func (q *Queue) write(fn func(*bolt.Tx) error) error {
+	n := q.writers.Add(1)
+	defer q.writers.Add(-1)
+	if n > 1 {
+		return q.db.Batch(fn)
+	}
+	return q.db.Update(fn)
+}

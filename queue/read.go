@@ -1,0 +1,275 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem"
+)
+
+// Get returns record id, or ErrNotFound.
+func (q *Queue) Get(id ID) (*Record, error) {
+	var r *Record
+	err := q.guard(func() error {
+		return q.db.View(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			r, _, err = b.get(id)
+			return err
+		})
+	})
+	if err == nil && r == nil {
+		err = fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	return r, err
+}
+
+// List returns up to limit records in state s with IDs after after, in ID
+// order: pass the last ID of a page to get the next. A state of 0 lists
+// every state.
+func (q *Queue) List(s State, after ID, limit int) ([]*Record, error) {
+	if s != 0 && !validState(s) {
+		return nil, fmt.Errorf("queue: List: unknown state %d", s)
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("queue: List: limit %d, want at least 1", limit)
+	}
+	var out []*Record
+	err := q.guard(func() error {
+		return q.db.View(func(tx *bolt.Tx) error {
+			out = out[:0]
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			c := b.records.Cursor()
+			for k, v := c.Seek(idKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+				if s != 0 && (len(v) <= stateOffset || State(v[stateOffset]) != s) {
+					continue // filtered on the state byte, without decoding
+				}
+				r, err := decodeRecord(v)
+				if err != nil {
+					return fmt.Errorf("%w: record %x: %v", ErrDamaged, k, err)
+				}
+				out = append(out, r)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Counts returns how many records are in each state.
+func (q *Queue) Counts() (map[State]int, error) {
+	out := make(map[State]int, 5)
+	err := q.guard(func() error {
+		return q.db.View(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			for _, s := range states() {
+				out[s] = int(getUint(b.meta, metaCount(s)))
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Wait returns record id once it is settled (done, failed or expired), or
+// ctx's error. It returns at once for a settled record.
+func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
+	ch := make(chan *Record, 1)
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, ErrClosed
+	}
+	q.waiters[id] = append(q.waiters[id], ch)
+	q.mu.Unlock()
+	defer q.unwait(id, ch)
+
+	r, err := q.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	if r.State.Settled() {
+		return r, nil
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return nil, ErrClosed
+		}
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (q *Queue) unwait(id ID, ch chan *Record) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.waiters[id]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(q.waiters, id)
+	} else {
+		q.waiters[id] = ws
+	}
+}
+
+// Discard removes record id: an operator's decision that it will not be
+// sent (pending) or need not be kept (settled). A record in flight gives
+// ErrInFlight. Discarding a pending record that was sent before leaves its
+// outcome unknown: that is the operator's to reconcile.
+func (q *Queue) Discard(id ID) error {
+	var lane string
+	var wasActive bool
+	err := q.guard(func() error {
+		return q.write(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			r, data, err := b.get(id)
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				return fmt.Errorf("%w: %d", ErrNotFound, id)
+			}
+			if r.State == InFlight {
+				return fmt.Errorf("%w: %d", ErrInFlight, id)
+			}
+			lane, wasActive = r.Intent.Lane(), !r.State.Settled()
+			return b.remove(r, len(data))
+		})
+	})
+	if err == nil && wasActive {
+		q.removed(lane)
+	}
+	return err
+}
+
+// removed records that an unsettled record left lane.
+func (q *Queue) removed(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.lanes[name]
+	if l == nil {
+		return
+	}
+	l.count--
+	if l.count <= 0 && !l.busy {
+		q.ready.remove(l)
+		delete(q.lanes, name)
+	}
+}
+
+// Resubmit queues an expired or failed record again as a new intent with a
+// new key, and returns the new record's ID; the old record notes it in
+// ResubmittedAs. It is never automatic: a resend under a new key can apply
+// the operation a second time if the first attempt did, which only the
+// operator can judge.
+func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
+	old, err := q.Get(id)
+	if err != nil {
+		return 0, err
+	}
+	if (old.State != Expired && old.State != Failed) || old.ResubmittedAs != 0 {
+		return 0, fmt.Errorf("%w: %d is %s", ErrNotResubmittable, id, old.State)
+	}
+	in := old.Intent
+	opts := []idem.IntentOption{idem.WithLane(in.Lane())}
+	for k, vs := range in.Header() {
+		for _, v := range vs {
+			opts = append(opts, idem.WithHeader(k, v))
+		}
+	}
+	if !in.HasKey() {
+		opts = append(opts, idem.WithoutKey())
+	}
+	fresh, err := idem.NewIntent(in.Method(), in.URL(), in.Body(), opts...)
+	if err != nil {
+		return 0, err
+	}
+	newID, err := q.Enqueue(ctx, fresh)
+	if err != nil {
+		return 0, err
+	}
+	err = q.guard(func() error {
+		return q.write(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			r, data, err := b.get(id)
+			if err != nil || r == nil {
+				return err // discarded meanwhile: the new record stands alone
+			}
+			r.ResubmittedAs = newID
+			return b.update(r.State, len(data), r)
+		})
+	})
+	return newID, err
+}
+
+// OldestPending returns how long the oldest unsettled record has waited
+// since it was enqueued; 0 for an empty queue.
+func (q *Queue) OldestPending() (time.Duration, error) {
+	var oldest time.Time
+	err := q.guard(func() error {
+		return q.db.View(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			// IDs grow with enqueue order, so the smallest active ID is the
+			// oldest; lanes interleave, so look at each lane's head.
+			c := b.active.Cursor()
+			for k, _ := c.First(); k != nil; {
+				name, _, err := splitActiveKey(k)
+				if err != nil {
+					return err
+				}
+				r, _, err := b.head(name)
+				if err != nil {
+					return err
+				}
+				if r != nil && (oldest.IsZero() || r.EnqueuedAt.Before(oldest)) {
+					oldest = r.EnqueuedAt
+				}
+				k, _ = c.Seek(nextPrefix(laneKey(name)))
+			}
+			return nil
+		})
+	})
+	if err != nil || oldest.IsZero() {
+		return 0, err
+	}
+	return q.opts.now().Sub(oldest), nil
+}
+
+// nextPrefix returns the smallest key after every key starting with p.
+func nextPrefix(p []byte) []byte {
+	out := append([]byte(nil), p...)
+	for i := len(out) - 1; i >= 0; i-- {
+		if out[i] < 0xff {
+			out[i]++
+			return out[:i+1]
+		}
+	}
+	return nil
+}

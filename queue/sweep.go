@@ -1,0 +1,137 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// sweepEvery is how often a running drainer removes settled records past
+// Options.KeepSettled.
+const sweepEvery = time.Minute
+
+// sweepBatch bounds the records one sweep transaction removes, so that a
+// large backlog does not hold the writer for long.
+const sweepBatch = 1000
+
+// compactSuffix names the temporary file a compaction writes.
+const compactSuffix = ".compact"
+
+// Compaction thresholds: a file over compactMinSize whose free pages are
+// more than compactFreeShare of it is rewritten at Open.
+const (
+	compactMinSize   = 4 << 20
+	compactFreeShare = 0.5
+)
+
+func (q *Queue) guardedSweep(now time.Time) (int, error) {
+	var n int
+	err := q.guard(func() error {
+		var err error
+		n, err = q.sweep(now)
+		return err
+	})
+	return n, err
+}
+
+// sweep removes settled records that settled before now - KeepSettled and
+// returns how many.
+func (q *Queue) sweep(now time.Time) (int, error) {
+	cutoff := binary.BigEndian.AppendUint64(nil, uint64(nanos(now.Add(-q.opts.KeepSettled))))
+	total := 0
+	for {
+		n := 0
+		err := q.write(func(tx *bolt.Tx) error {
+			n = 0
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			var ids []ID
+			c := b.settled.Cursor()
+			for k, _ := c.First(); k != nil && len(ids) < sweepBatch && bytes.Compare(k[:8], cutoff) < 0; k, _ = c.Next() {
+				if len(k) != 16 {
+					return fmt.Errorf("%w: bad settled key %x", ErrDamaged, k)
+				}
+				ids = append(ids, ID(binary.BigEndian.Uint64(k[8:])))
+			}
+			for _, id := range ids {
+				r, data, err := b.get(id)
+				if err != nil {
+					return err
+				}
+				if r == nil {
+					continue
+				}
+				if err := b.remove(r, len(data)); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		total += n
+		if err != nil || n < sweepBatch {
+			return total, err
+		}
+	}
+}
+
+// maybeCompact rewrites the file when most of it is free space: bbolt
+// reuses free pages but never gives them back. The copy is written beside
+// the file, synced, and renamed over it, so a crash leaves either file
+// whole.
+func (q *Queue) maybeCompact() error {
+	fi, err := os.Stat(q.path)
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	if fi.Size() < compactMinSize {
+		return nil
+	}
+	free := int64(q.db.Stats().FreePageN) * int64(q.db.Info().PageSize)
+	if float64(free) < compactFreeShare*float64(fi.Size()) {
+		return nil
+	}
+	return q.compact()
+}
+
+func (q *Queue) compact() error {
+	tmp := q.path + compactSuffix
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{OpenFile: q.opts.openFile})
+	if err != nil {
+		return fmt.Errorf("queue: compact: %w", err)
+	}
+	if err := bolt.Compact(dst, q.db, 16<<20); err != nil {
+		dst.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("queue: compact: %w", err)
+	}
+	if err := dst.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("queue: compact: %w", err)
+	}
+	if err := q.db.Close(); err != nil {
+		return fmt.Errorf("queue: compact: %w", err)
+	}
+	if err := os.Rename(tmp, q.path); err != nil {
+		os.Remove(tmp)
+		db, oerr := openDB(q.path, q.opts)
+		if oerr != nil {
+			return oerr
+		}
+		q.db = db
+		return nil // compaction is an optimisation; the old file is intact
+	}
+	syncDir(q.path)
+	db, err := openDB(q.path, q.opts)
+	if err != nil {
+		return err
+	}
+	q.db = db
+	return nil
+}
