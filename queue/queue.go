@@ -175,7 +175,7 @@ type Queue struct {
 	offline  offlineState
 	woken    time.Time // when Wake was last called
 	held     string    // why sends are held for the clock; "" when not
-	closing  bool // Close has begun: Run stops
+	closing  bool      // Close has begun: Run stops
 	running  bool
 	stop     context.CancelFunc // ends a running drainer
 	closed   bool
