@@ -257,7 +257,7 @@ func (q *Queue) due(r *Record, now time.Time) bool {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return r.LastClass == idem.ClassNeverSent && q.woken.After(r.LastAttemptAt)
+	return r.LastClass == idem.ClassNeverSent && !q.woken.IsZero() && !q.woken.Before(r.LastAttemptAt)
 }
 
 func (q *Queue) head(name string) (*Record, []byte, error) {
@@ -456,10 +456,10 @@ func (q *Queue) settled(r *Record) {
 	ws := q.waiters[r.ID]
 	delete(q.waiters, r.ID)
 	q.mu.Unlock()
+	q.notify(Event{Kind: EventSettled, Record: r}) // before Wait returns, so a waiter sees its effects
 	for _, w := range ws {
 		w <- r
 	}
-	q.notify(Event{Kind: EventSettled, Record: r})
 }
 
 // outcomeOf is the outcome of r if it ends now without success.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -221,14 +222,21 @@ func Open(path string, opts Options) (*Queue, error) {
 }
 
 func openDB(path string, o Options) (*bolt.DB, error) {
+	fi, statErr := os.Stat(path)
+	existed := statErr == nil && fi.Size() > 0
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile})
+	var pathErr *fs.PathError
 	switch {
 	case err == nil:
 		db.MaxBatchDelay = batchDelay
 		return db, nil
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, o.LockTimeout)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
+	case errors.As(err, &pathErr):
+		return nil, fmt.Errorf("queue: open %s: %w", path, err)
+	case existed:
+		// bbolt read the file and did not like it: wrong format, bad meta
+		// pages, truncation.
 		return nil, fmt.Errorf("%w: %s is not a readable queue file: %v", ErrDamaged, path, err)
 	}
 	return nil, fmt.Errorf("queue: open %s: %w", path, err)

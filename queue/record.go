@@ -184,7 +184,12 @@ func (r *Record) encode() ([]byte, error) {
 		b = appendBytes(b, r.Result.Body)
 	}
 	b = appendBytes(b, r.intentBytes)
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))), nil
+	return sealed(b), nil
+}
+
+// sealed appends the CRC-32C of b to it.
+func sealed(b []byte) []byte {
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 }
 
 func resultSize(r *Response) int {

@@ -38,7 +38,7 @@ func (q *Queue) guardedSweep(now time.Time) (int, error) {
 	return n, err
 }
 
-// sweep removes settled records that settled before now - KeepSettled and
+// sweep removes settled records that settled KeepSettled or more ago, and
 // returns how many.
 func (q *Queue) sweep(now time.Time) (int, error) {
 	cutoff := binary.BigEndian.AppendUint64(nil, uint64(nanos(now.Add(-q.opts.KeepSettled))))
@@ -53,7 +53,7 @@ func (q *Queue) sweep(now time.Time) (int, error) {
 			}
 			var ids []ID
 			c := b.settled.Cursor()
-			for k, _ := c.First(); k != nil && len(ids) < sweepBatch && bytes.Compare(k[:8], cutoff) < 0; k, _ = c.Next() {
+			for k, _ := c.First(); k != nil && len(ids) < sweepBatch && bytes.Compare(k[:8], cutoff) <= 0; k, _ = c.Next() {
 				if len(k) != 16 {
 					return fmt.Errorf("%w: bad settled key %x", ErrDamaged, k)
 				}

@@ -1,0 +1,504 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem"
+)
+
+const url = "http://127.0.0.1:1/payments"
+
+func TestOpenCreatesPrivateFile(t *testing.T) {
+	_, path := openTest(t, Options{})
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
+
+func TestOpenLocked(t *testing.T) {
+	q, path := openTest(t, Options{})
+	_ = q
+	start := time.Now()
+	_, err := Open(path, Options{LockTimeout: 50 * time.Millisecond})
+	require.ErrorIs(t, err, ErrLocked)
+	assert.Contains(t, err.Error(), path)
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+func TestOpenDamaged(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.db")
+	q := reopen(t, good, Options{})
+	for i := range 20 {
+		_, err := q.Enqueue(context.Background(), post(t, url, i))
+		require.NoError(t, err)
+	}
+	require.NoError(t, q.Close())
+	goodBytes, err := os.ReadFile(good)
+	require.NoError(t, err)
+
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"not a bbolt file", []byte(strings.Repeat("this is a text file, not a queue\n", 500))},
+		{"truncated", goodBytes[:4096+100]},
+		{"meta pages zeroed", append(make([]byte, 8192), goodBytes[8192:]...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".db")
+			require.NoError(t, os.WriteFile(path, tt.data, 0o600))
+			_, err := Open(path, Options{LockTimeout: 100 * time.Millisecond})
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrDamaged)
+			after, rerr := os.ReadFile(path)
+			require.NoError(t, rerr)
+			assert.Equal(t, tt.data, after, "a damaged file must never be written")
+		})
+	}
+}
+
+func TestOpenOptions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	for _, tt := range []struct {
+		opts Options
+		msg  string
+	}{
+		{Options{Workers: -1}, "Workers is negative"},
+		{Options{Retention: time.Hour, Margin: time.Hour}, "Margin 1h0m0s must be less than Retention"},
+		{Options{Retention: time.Hour, Margin: 30 * time.Minute, AttemptTimeout: 31 * time.Minute}, "AttemptTimeout"},
+		{Options{MaxBytes: -5}, "MaxBytes is negative"},
+	} {
+		_, err := Open(path, tt.opts)
+		assert.ErrorIs(t, err, ErrInvalidOptions)
+		assert.ErrorContains(t, err, tt.msg)
+	}
+	_, err := os.Stat(path)
+	assert.True(t, errors.Is(err, os.ErrNotExist), "bad options must not create the file")
+}
+
+func TestOpenReadOnlyDirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		// root ignores directory permissions; a path under a file fails
+		// for everyone instead.
+		f := filepath.Join(t.TempDir(), "file")
+		require.NoError(t, os.WriteFile(f, nil, 0o600))
+		_, err := Open(filepath.Join(f, "q.db"), Options{})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "queue: open")
+		return
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o500))
+	t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	_, err := Open(filepath.Join(dir, "q.db"), Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "queue: open")
+}
+
+func TestEnqueueDurable(t *testing.T) {
+	q, path := openTest(t, Options{})
+	in := post(t, url, 1, idem.WithLane("acct-7"), idem.WithHeader("Content-Type", "application/json"))
+	id, err := q.Enqueue(context.Background(), in)
+	require.NoError(t, err)
+	require.NoError(t, q.Close())
+
+	q = reopen(t, path, Options{})
+	r, err := q.Get(id)
+	require.NoError(t, err)
+	assert.Equal(t, Pending, r.State)
+	assert.Equal(t, in.Key(), r.Intent.Key(), "the key survives a restart")
+	assert.Equal(t, in.Body(), r.Intent.Body())
+	assert.Equal(t, "acct-7", r.Intent.Lane())
+	assert.Equal(t, "application/json", r.Intent.Header().Get("Content-Type"))
+	assert.True(t, r.FirstSentAt.IsZero())
+}
+
+func TestEnqueueRefuses(t *testing.T) {
+	q, _ := openTest(t, Options{MaxItems: 2, MaxBytes: 4096})
+	ctx := context.Background()
+	keyless, err := idem.NewIntent("POST", url, nil, idem.WithoutKey())
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, keyless)
+	assert.ErrorIs(t, err, ErrNeedsKey)
+
+	_, err = q.Enqueue(ctx, nil)
+	assert.ErrorIs(t, err, idem.ErrInvalidIntent)
+
+	putNoKey, err := idem.NewIntent("PUT", "http://h/r/1", []byte("v"), idem.WithoutKey())
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, putNoKey)
+	assert.NoError(t, err, "PUT is idempotent without a key")
+
+	big, err := idem.NewIntent("POST", url, make([]byte, 5000))
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, big)
+	assert.ErrorIs(t, err, ErrQueueFull)
+	assert.ErrorContains(t, err, "bytes")
+
+	_, err = q.Enqueue(ctx, post(t, url, 1))
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, post(t, url, 2))
+	assert.ErrorIs(t, err, ErrQueueFull)
+	assert.ErrorContains(t, err, "2 unsettled records, limit 2")
+
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = q.Enqueue(canceled, post(t, url, 3))
+	assert.ErrorIs(t, err, context.Canceled)
+
+	counts, err := q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, 2, counts[Pending], "refused intents are not stored")
+}
+
+func TestEnqueueSameKey(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	ctx := context.Background()
+	a := post(t, url, 1, idem.WithKey("order-1"))
+	id, err := q.Enqueue(ctx, a)
+	require.NoError(t, err)
+
+	again := post(t, url, 1, idem.WithKey("order-1")) // a producer restarted
+	id2, err := q.Enqueue(ctx, again)
+	require.NoError(t, err)
+	assert.Equal(t, id, id2, "the same operation under the same key is enqueued once")
+
+	other := post(t, url, 2, idem.WithKey("order-1"))
+	_, err = q.Enqueue(ctx, other)
+	assert.ErrorIs(t, err, ErrKeyInUse)
+
+	c, err := q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, 1, c[Pending])
+}
+
+func TestEnqueueConcurrent(t *testing.T) {
+	q, path := openTest(t, Options{})
+	const producers, each = 16, 20
+	var wg sync.WaitGroup
+	ids := make(chan ID, producers*each)
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				id, err := q.Enqueue(context.Background(), post(t, url, p*1000+i, idem.WithLane(string(rune('a'+p)))))
+				if assert.NoError(t, err) {
+					ids <- id
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[ID]bool{}
+	for id := range ids {
+		assert.False(t, seen[id], "ID %d given twice", id)
+		seen[id] = true
+	}
+	assert.Len(t, seen, producers*each)
+	require.NoError(t, q.Close())
+	q = reopen(t, path, Options{})
+	c, err := q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, producers*each, c[Pending])
+	assert.Len(t, q.lanes, producers)
+}
+
+func TestListPaging(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	ctx := context.Background()
+	var ids []ID
+	for i := range 7 {
+		id, err := q.Enqueue(ctx, post(t, url, i))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	require.NoError(t, q.Discard(ids[2]))
+
+	var got []ID
+	after := ID(0)
+	for {
+		page, err := q.List(Pending, after, 2)
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		assert.LessOrEqual(t, len(page), 2)
+		for _, r := range page {
+			got = append(got, r.ID)
+		}
+		after = page[len(page)-1].ID
+	}
+	assert.Equal(t, []ID{ids[0], ids[1], ids[3], ids[4], ids[5], ids[6]}, got)
+
+	none, err := q.List(Done, 0, 10)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	all, err := q.List(0, 0, 100)
+	require.NoError(t, err)
+	assert.Len(t, all, 6)
+
+	_, err = q.List(State(9), 0, 1)
+	assert.ErrorContains(t, err, "unknown state 9")
+	_, err = q.List(Pending, 0, 0)
+	assert.ErrorContains(t, err, "limit 0")
+}
+
+func TestGetDiscard(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	id, err := q.Enqueue(context.Background(), post(t, url, 1))
+	require.NoError(t, err)
+	require.NoError(t, q.Discard(id))
+	_, err = q.Get(id)
+	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorIs(t, q.Discard(id), ErrNotFound)
+	assert.Empty(t, q.lanes, "an empty lane is forgotten")
+	c, err := q.Counts()
+	require.NoError(t, err)
+	assert.Zero(t, c[Pending])
+
+}
+
+func TestDiscardFreesKey(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	id, err := q.Enqueue(context.Background(), post(t, url, 1, idem.WithKey("k")))
+	require.NoError(t, err)
+	require.NoError(t, q.Discard(id))
+	_, err = q.Enqueue(context.Background(), post(t, url, 2, idem.WithKey("k")))
+	assert.NoError(t, err, "the key is free once its record is gone")
+}
+
+func TestDiscardInFlight(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	id, err := q.Enqueue(context.Background(), post(t, url, 1))
+	require.NoError(t, err)
+	r, data, err := q.head("")
+	require.NoError(t, err)
+	require.NoError(t, q.lease(r, len(data), time.Now()))
+	assert.ErrorIs(t, q.Discard(id), ErrInFlight)
+}
+
+func TestClosed(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	require.NoError(t, q.Close())
+	assert.ErrorIs(t, q.Close(), ErrClosed)
+	_, err := q.Enqueue(context.Background(), post(t, url, 1))
+	assert.ErrorIs(t, err, ErrClosed)
+	_, err = q.Get(1)
+	assert.ErrorIs(t, err, ErrClosed)
+	_, err = q.Counts()
+	assert.ErrorIs(t, err, ErrClosed)
+	_, err = q.Wait(context.Background(), 1)
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, q.Run(context.Background()), ErrClosed)
+}
+
+// TestRecoverInFlight is a crash between a lease and its result: the record
+// returns to pending on Open, counted as ambiguous, FirstSentAt kept.
+func TestRecoverInFlight(t *testing.T) {
+	q, path := openTest(t, Options{})
+	id, err := q.Enqueue(context.Background(), post(t, url, 1))
+	require.NoError(t, err)
+	r, data, err := q.head("")
+	require.NoError(t, err)
+	leased := time.Now()
+	require.NoError(t, q.lease(r, len(data), leased))
+	c, err := q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, 1, c[InFlight])
+	require.NoError(t, q.Close()) // no result commit: as after kill -9
+
+	q = reopen(t, path, Options{})
+	got, err := q.Get(id)
+	require.NoError(t, err)
+	assert.Equal(t, Pending, got.State)
+	assert.True(t, got.Ambiguous, "an attempt nobody saw end is ambiguous")
+	assert.True(t, got.FirstSentAt.Equal(leased), "FirstSentAt %v, want %v", got.FirstSentAt, leased)
+	assert.Equal(t, 1, got.Attempts)
+	c, err = q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, 1, c[Pending])
+	assert.Zero(t, c[InFlight])
+}
+
+func TestSweepSettled(t *testing.T) {
+	clk := newClock()
+	q, path := openTest(t, Options{now: clk.Now, KeepSettled: time.Hour})
+	ctx := context.Background()
+	var ids []ID
+	for i := range 3 {
+		id, err := q.Enqueue(ctx, post(t, url, i))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	// Settle two, an hour apart.
+	for i, id := range ids[:2] {
+		r, err := q.Get(id)
+		require.NoError(t, err)
+		data, _ := r.encode()
+		require.NoError(t, q.settle(r, len(data), Failed, idem.NotApplied, "test", nil))
+		if i == 0 {
+			clk.Add(time.Hour)
+		}
+	}
+	n, err := q.sweep(clk.Now())
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "only the record settled an hour ago goes")
+	_, err = q.Get(ids[0])
+	assert.ErrorIs(t, err, ErrNotFound)
+	_, err = q.Get(ids[1])
+	assert.NoError(t, err)
+	require.NoError(t, q.Close())
+
+	clk.Add(2 * time.Hour)
+	q = reopen(t, path, Options{now: clk.Now, KeepSettled: time.Hour})
+	_, err = q.Get(ids[1])
+	assert.ErrorIs(t, err, ErrNotFound, "Open sweeps too")
+	r, err := q.Get(ids[2])
+	require.NoError(t, err)
+	assert.Equal(t, Pending, r.State, "unsettled records are never swept")
+	c, err := q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, map[State]int{Pending: 1, InFlight: 0, Done: 0, Failed: 0, Expired: 0}, c)
+}
+
+func TestCompactAtOpen(t *testing.T) {
+	q, path := openTest(t, Options{})
+	ctx := context.Background()
+	var (
+		mu  sync.Mutex
+		ids []ID
+		wg  sync.WaitGroup
+	)
+	for p := range 8 { // concurrent producers share commits: fast to fill
+		wg.Go(func() {
+			for i := range 40 {
+				body := make([]byte, 40<<10)
+				body[0], body[1] = byte(p), byte(i)
+				in, err := idem.NewIntent("POST", url, body)
+				require.NoError(t, err)
+				id, err := q.Enqueue(ctx, in)
+				require.NoError(t, err)
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	keep := ids[len(ids)-1]
+	for _, id := range ids[:len(ids)-1] {
+		wg.Go(func() { assert.NoError(t, q.Discard(id)) })
+	}
+	wg.Wait()
+	require.NoError(t, q.Close())
+	before, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Greater(t, before.Size(), int64(compactMinSize))
+
+	q = reopen(t, path, Options{})
+	after, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Less(t, after.Size(), before.Size()/4, "compaction: %d -> %d bytes", before.Size(), after.Size())
+	r, err := q.Get(keep)
+	require.NoError(t, err)
+	assert.Equal(t, Pending, r.State, "compaction keeps every record")
+	_, err = os.Stat(path + compactSuffix)
+	assert.True(t, errors.Is(err, os.ErrNotExist))
+	// The compacted file is a sound bbolt file.
+	require.NoError(t, q.db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		return nil
+	}))
+}
+
+func TestWaitAndOldest(t *testing.T) {
+	clk := newClock()
+	q, _ := openTest(t, Options{now: clk.Now})
+	ctx := context.Background()
+	d, err := q.OldestPending()
+	require.NoError(t, err)
+	assert.Zero(t, d)
+
+	id, err := q.Enqueue(ctx, post(t, url, 1, idem.WithLane("b")))
+	require.NoError(t, err)
+	clk.Add(time.Minute)
+	_, err = q.Enqueue(ctx, post(t, url, 2, idem.WithLane("a")))
+	require.NoError(t, err)
+	clk.Add(time.Minute)
+	d, err = q.OldestPending()
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Minute, d)
+
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err = q.Wait(short, id)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+
+	got := make(chan *Record, 1)
+	go func() {
+		r, err := q.Wait(ctx, id)
+		assert.NoError(t, err)
+		got <- r
+	}()
+	time.Sleep(10 * time.Millisecond)
+	r, err := q.Get(id)
+	require.NoError(t, err)
+	data, _ := r.encode()
+	require.NoError(t, q.settle(r, len(data), Expired, idem.NotApplied, "test", nil))
+	select {
+	case r := <-got:
+		assert.Equal(t, Expired, r.State)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return when the record settled")
+	}
+	r, err = q.Wait(ctx, id)
+	require.NoError(t, err, "a settled record returns at once")
+	assert.Equal(t, Expired, r.State)
+	_, err = q.Wait(ctx, 999)
+	assert.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestResubmit(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	ctx := context.Background()
+	in := post(t, url, 1, idem.WithLane("l"), idem.WithHeader("X-Trace", "t"))
+	id, err := q.Enqueue(ctx, in)
+	require.NoError(t, err)
+	_, err = q.Resubmit(ctx, id)
+	assert.ErrorIs(t, err, ErrNotResubmittable, "pending records are not resubmitted")
+
+	r, err := q.Get(id)
+	require.NoError(t, err)
+	data, _ := r.encode()
+	require.NoError(t, q.settle(r, len(data), Expired, idem.Unknown, "past the horizon", nil))
+	newID, err := q.Resubmit(ctx, id)
+	require.NoError(t, err)
+	fresh, err := q.Get(newID)
+	require.NoError(t, err)
+	assert.NotEqual(t, in.Key(), fresh.Intent.Key(), "a resubmission is a new operation: new key")
+	assert.Equal(t, in.Body(), fresh.Intent.Body())
+	assert.Equal(t, "l", fresh.Intent.Lane())
+	assert.Equal(t, "t", fresh.Intent.Header().Get("X-Trace"))
+	old, err := q.Get(id)
+	require.NoError(t, err)
+	assert.Equal(t, newID, old.ResubmittedAs)
+	_, err = q.Resubmit(ctx, id)
+	assert.ErrorIs(t, err, ErrNotResubmittable, "only once")
+	_, err = q.Resubmit(ctx, 999)
+	assert.ErrorIs(t, err, ErrNotFound)
+}
