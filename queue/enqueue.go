@@ -43,6 +43,9 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	}
 	r.intentBytes = data
 
+	if id, err := q.queued(in); err != nil || id != 0 {
+		return id, err // a producer enqueuing again after a crash: no write needed
+	}
 	var id ID
 	var existed bool
 	err = q.guard(func() error {
@@ -76,6 +79,25 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 		q.added(in.Lane(), now)
 	}
 	return id, nil
+}
+
+// queued looks in's key up without a write transaction.
+func (q *Queue) queued(in *idem.Intent) (ID, error) {
+	if !in.HasKey() {
+		return 0, nil
+	}
+	var id ID
+	err := q.guard(func() error {
+		return q.db.View(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			id, err = q.sameKey(b, in)
+			return err
+		})
+	})
+	return id, err
 }
 
 // sameKey returns the ID of the record holding in's key, if it holds the
