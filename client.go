@@ -6,23 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
-
-	"github.com/idem-go/idem/internal/wire"
 )
 
 // DefaultKeyHeader is the header that carries the idempotency key unless
 // Client.KeyHeader names another.
 const DefaultKeyHeader = "Idempotency-Key"
-
-// maxDrain bounds how much of an intermediate response body is read so that
-// its connection can be reused; a larger body costs a new connection instead.
-const maxDrain = 64 << 10
 
 // KeyFormat is how the key is written in its header.
 type KeyFormat uint8
@@ -68,9 +61,17 @@ type Client struct {
 	// DeletePolicy says when a DELETE answered 404 or 410 is done. The zero
 	// value is DeleteAfterAmbiguous.
 	DeletePolicy DeletePolicy
+	// Logger, if not nil, receives a debug record per attempt, an info
+	// record per retry and a warning per Unknown outcome. Keys, bodies and
+	// credentials are never logged, nor URL queries.
+	Logger *slog.Logger
+	// OnAttempt, if not nil, is called after every attempt, for exporting
+	// metrics. It runs on the caller's goroutine and must be quick.
+	OnAttempt func(AttemptInfo)
 
 	budgetOnce sync.Once
 	budget     *Budget
+	metrics    metrics
 
 	// Seams for tests: nil means the real clock and math/rand/v2.
 	clock clock
@@ -148,6 +149,23 @@ func (a Attempt) String() string {
 // (errors.Is(err, ErrOutcomeUnknown): reconcile, do not resubmit under a new
 // key) or NotApplied (errors.Is(err, ErrNotApplied): safe to try again).
 func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
+	r, err := c.newRun(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	resp, d, e := r.loop(ctx)
+	if e != nil {
+		drain(resp)
+		r.obs.finish(ctx, r, e.Outcome, false, e)
+		return nil, e
+	}
+	res := &Result{Outcome: d.Outcome, Replayed: IsReplayed(resp.Header), Response: resp, Attempts: r.attempts}
+	r.obs.finish(ctx, r, res.Outcome, res.Replayed, nil)
+	return res, nil
+}
+
+// newRun validates the arguments of Do or Attempt and prepares a run.
+func (c *Client) newRun(ctx context.Context, in *Intent) (*run, error) {
 	if in == nil {
 		return nil, fmt.Errorf("%w: nil intent", ErrInvalidIntent)
 	}
@@ -158,8 +176,46 @@ func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := run{c: c, in: in, p: p, clock: c.clockOrReal()}
-	return r.loop(ctx)
+	hc := c.httpClient()
+	r := &run{
+		engine: engine{
+			policy: p, budget: c.budgetOrDefault(), deletePolicy: c.DeletePolicy,
+			clock: c.clockOrReal(), rand: c.random,
+			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
+		},
+		method: in.method, url: in.url, hasKey: in.HasKey(),
+		send: hc.Do, sent: in.markSent,
+	}
+	r.build = func(ctx context.Context) (*http.Request, error) { return c.request(ctx, in) }
+	return r, nil
+}
+
+// Stats returns the Client's counters.
+func (c *Client) Stats() Stats { return c.metrics.stats() }
+
+// request builds the request of one attempt: the intent's bytes and headers,
+// the key, and fresh credentials.
+func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error) {
+	var body io.Reader
+	if in.body != nil {
+		body = bytes.NewReader(in.body) // NewRequest sets GetBody, so net/http can resend it
+	}
+	req, err := http.NewRequestWithContext(ctx, in.method, in.url, body)
+	if err != nil {
+		return nil, fmt.Errorf("idem: building request: %w", err)
+	}
+	if in.header != nil {
+		req.Header = in.header.Clone()
+	}
+	if in.key != "" {
+		req.Header.Set(c.keyHeader(), c.keyValue(in.key))
+	}
+	if c.Authorize != nil {
+		if err := c.Authorize(ctx, req); err != nil {
+			return nil, fmt.Errorf("idem: authorize: %w", err)
+		}
+	}
+	return req, nil
 }
 
 // History is what earlier attempts of an intent showed, for an attempt made
@@ -194,17 +250,11 @@ type Step struct {
 // A non-nil error means no attempt was made: ctx had ended, the policy is
 // invalid, or the request could not be built or authorized.
 func (c *Client) Attempt(ctx context.Context, in *Intent, h History) (Step, error) {
-	if in == nil {
-		return Step{}, fmt.Errorf("%w: nil intent", ErrInvalidIntent)
-	}
-	if ctx == nil {
-		return Step{}, errors.New("idem: nil context")
-	}
-	p, err := c.Policy.withDefaults()
+	r, err := c.newRun(ctx, in)
 	if err != nil {
 		return Step{}, err
 	}
-	r := run{c: c, in: in, p: p, clock: c.clockOrReal(), ambiguous: h.Ambiguous}
+	r.ambiguous = h.Ambiguous
 	resp, d, err := r.step(ctx)
 	if err != nil {
 		return Step{}, err
@@ -259,233 +309,3 @@ func (c *Client) keyValue(key string) string {
 	return key
 }
 
-// run is the state of one Do.
-type run struct {
-	c     *Client
-	in    *Intent
-	p     Policy
-	clock clock
-
-	start     time.Time
-	attempts  []Attempt
-	ambiguous bool                        // an attempt so far was ambiguous
-	spent     int                         // budget tokens spent by this intent's retries
-	bo        *backoff.ExponentialBackOff // made on the first retry
-}
-
-func (r *run) loop(ctx context.Context) (*Result, error) {
-	r.start = r.clock.Now()
-	for {
-		resp, d, err := r.step(ctx)
-		if err != nil { // the attempt could not be made at all
-			reason := "could not send: " + err.Error()
-			if ctx.Err() != nil {
-				reason, err = "context ended before the attempt", ctx.Err()
-			}
-			return nil, r.fail(r.outcome(), reason, 0, err)
-		}
-		switch {
-		case d.Action == ActionDone:
-			r.c.budgetOrDefault().succeed(r.spent)
-			return r.result(d.Outcome, resp), nil
-		case d.Action == ActionStop && d.Class == ClassRejected && d.Outcome == NotApplied:
-			return r.result(d.Outcome, resp), nil
-		case d.Action == ActionStop:
-			drain(resp)
-			return nil, r.fail(d.Outcome, d.Reason, 0, d.Cause)
-		}
-		wait, err := r.nextWait(ctx, resp, d.Class)
-		drain(resp)
-		if err != nil {
-			return nil, err
-		}
-		r.attempts[len(r.attempts)-1].Wait = wait
-		if err := r.clock.Sleep(ctx, wait); err != nil {
-			return nil, r.fail(r.outcome(), "context ended while waiting to retry", 0, err)
-		}
-	}
-}
-
-// step makes one attempt, decides on it and adds it to the trail.
-func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
-	resp, att, err := r.attempt(ctx)
-	if err != nil {
-		return nil, Decision{}, err
-	}
-	d := Decide(Facts{
-		Method: r.in.method, HasKey: r.in.HasKey(), Wire: att.Wire, Err: att.Err,
-		Status: att.Status, Header: header(resp), EarlierAmbiguous: r.ambiguous,
-		DeletePolicy: r.c.DeletePolicy,
-	})
-	att.Class = d.Class
-	r.attempts = append(r.attempts, att)
-	r.ambiguous = r.ambiguous || d.Class == ClassAmbiguous
-	return resp, d, nil
-}
-
-// attempt sends one attempt. A non-nil error means no attempt was made: the
-// context had ended or the request could not be built or authorized.
-func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, Attempt{}, err
-	}
-	actx, cancel := ctx, context.CancelFunc(nil)
-	if r.p.AttemptTimeout > 0 {
-		actx, cancel = context.WithTimeout(ctx, r.p.AttemptTimeout)
-	}
-	req, err := r.request(actx)
-	if err != nil {
-		if cancel != nil {
-			cancel()
-		}
-		return nil, Attempt{}, err
-	}
-	var rec wire.Recorder
-	req = req.WithContext(rec.WithContext(actx))
-
-	att := Attempt{Start: r.clock.Now()}
-	resp, err := r.c.httpClient().Do(req)
-	att.Duration = r.clock.Now().Sub(att.Start)
-	f := rec.Facts()
-	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: f.GotResponse}
-	if att.Wire.MayHaveReachedServer() {
-		r.in.markSent(att.Start)
-	}
-	if err != nil {
-		att.Err = err
-		if cancel != nil {
-			cancel()
-		}
-		return nil, att, nil
-	}
-	att.Status = resp.StatusCode
-	if cancel != nil {
-		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-	}
-	return resp, att, nil
-}
-
-// request builds the request of one attempt: the intent's bytes and headers,
-// the key, and fresh credentials.
-func (r *run) request(ctx context.Context) (*http.Request, error) {
-	in := r.in
-	var body io.Reader
-	if in.body != nil {
-		body = bytes.NewReader(in.body) // NewRequest sets GetBody, so net/http can resend it
-	}
-	req, err := http.NewRequestWithContext(ctx, in.method, in.url, body)
-	if err != nil {
-		return nil, fmt.Errorf("idem: building request: %w", err)
-	}
-	if in.header != nil {
-		req.Header = in.header.Clone()
-	}
-	if in.key != "" {
-		req.Header.Set(r.c.keyHeader(), r.c.keyValue(in.key))
-	}
-	if r.c.Authorize != nil {
-		if err := r.c.Authorize(ctx, req); err != nil {
-			return nil, fmt.Errorf("idem: authorize: %w", err)
-		}
-	}
-	return req, nil
-}
-
-// nextWait decides how long to wait before the next attempt, or returns the
-// *Error that ends the intent: attempts, elapsed time, Retry-After cap,
-// budget or context deadline.
-func (r *run) nextWait(ctx context.Context, resp *http.Response, c Class) (time.Duration, error) {
-	out := r.outcome()
-	if err := ctx.Err(); err != nil {
-		return 0, r.fail(out, "context ended", 0, err)
-	}
-	if len(r.attempts) >= r.p.MaxAttempts {
-		return 0, r.fail(out, fmt.Sprintf("attempts exhausted (%d of %d)", len(r.attempts), r.p.MaxAttempts), 0, ErrAttemptsExhausted)
-	}
-	now := r.clock.Now()
-	wait, hinted := time.Duration(0), false
-	if resp != nil {
-		wait, hinted = ParseRetryAfter(resp.Header.Get("Retry-After"), now)
-	}
-	if hinted && wait > r.p.MaxRetryAfter {
-		return 0, r.fail(out, fmt.Sprintf("server asked to wait %v (Retry-After), over the %v cap", wait, r.p.MaxRetryAfter), wait, ErrRetryAfterTooLong)
-	}
-	if !hinted {
-		if r.bo == nil {
-			r.bo = r.p.newBackOff()
-		}
-		wait = jittered(r.bo.NextBackOff(), r.c.random(), r.p.MaxDelay)
-	}
-	next := now.Add(wait)
-	if r.p.MaxElapsed > 0 && next.Sub(r.start) > r.p.MaxElapsed {
-		return 0, r.fail(out, fmt.Sprintf("max elapsed time %v reached", r.p.MaxElapsed), 0, ErrAttemptsExhausted)
-	}
-	if dl, ok := ctx.Deadline(); ok && !next.Before(dl) {
-		return 0, r.fail(out, "context deadline comes before the next attempt", 0, context.DeadlineExceeded)
-	}
-	cost, ok := r.c.budgetOrDefault().take(c)
-	if !ok {
-		return 0, r.fail(out, "retry budget exhausted", 0, ErrBudgetExhausted)
-	}
-	r.spent += cost
-	return wait, nil
-}
-
-// outcome is the outcome if the intent ended now without success.
-func (r *run) outcome() Outcome {
-	if r.ambiguous {
-		return Unknown
-	}
-	return NotApplied
-}
-
-func (r *run) result(o Outcome, resp *http.Response) *Result {
-	return &Result{Outcome: o, Replayed: IsReplayed(resp.Header), Response: resp, Attempts: r.attempts}
-}
-
-func (r *run) fail(o Outcome, reason string, retryAfter time.Duration, cause error) *Error {
-	e := &Error{
-		Method: r.in.method, URL: r.in.url, Outcome: o, Reason: reason,
-		RetryAfter: retryAfter, Attempts: r.attempts, Err: cause,
-	}
-	if n := len(r.attempts); n > 0 {
-		e.Status = r.attempts[n-1].Status
-		if e.Err == nil {
-			e.Err = r.attempts[n-1].Err
-		}
-	}
-	if e.Reason == "" && cause != nil {
-		e.Reason = cause.Error()
-	}
-	return e
-}
-
-func header(resp *http.Response) http.Header {
-	if resp == nil {
-		return nil
-	}
-	return resp.Header
-}
-
-// drain reads a bounded part of an unwanted body and closes it, so that its
-// connection can be reused.
-func drain(resp *http.Response) {
-	if resp == nil {
-		return
-	}
-	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
-	_ = resp.Body.Close()
-}
-
-// cancelOnClose ends an attempt's timeout context when the caller closes the
-// final body, not before: the caller is still reading it.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (c *cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
-	return err
-}

@@ -1,0 +1,157 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/url"
+	"sync/atomic"
+	"time"
+)
+
+// Stats counts what a Client or a Transport has done since it was made.
+type Stats struct {
+	// Attempts counts attempts sent, the first of each operation included.
+	Attempts uint64
+	// Retries counts retries, and RetriesAfter splits them by the class of
+	// the attempt they followed (never sent, not processed, ambiguous).
+	Retries      uint64
+	RetriesAfter map[Class]uint64
+	// Replays counts successes the server answered from its store.
+	Replays uint64
+	// Conflicts counts 409 answers; KeyReused counts 422 answers to keyed
+	// requests.
+	Conflicts, KeyReused uint64
+	// BudgetRefusals counts retries the retry budget refused.
+	BudgetRefusals uint64
+	// Outcomes counts finished operations by outcome.
+	Outcomes map[Outcome]uint64
+}
+
+// metrics holds the counters behind Stats; each is atomic, so a metrics is
+// safe for concurrent use and its zero value is ready.
+type metrics struct {
+	attempts, replays, conflicts, keyReused, budgetRefusals atomic.Uint64
+	retries                                                 [ClassRejected + 1]atomic.Uint64
+	outcomes                                                [NotApplied + 1]atomic.Uint64
+}
+
+func (m *metrics) stats() Stats {
+	s := Stats{
+		Attempts: m.attempts.Load(), Replays: m.replays.Load(), Conflicts: m.conflicts.Load(),
+		KeyReused: m.keyReused.Load(), BudgetRefusals: m.budgetRefusals.Load(),
+		RetriesAfter: map[Class]uint64{}, Outcomes: map[Outcome]uint64{},
+	}
+	for _, c := range []Class{ClassNeverSent, ClassNotProcessed, ClassAmbiguous, ClassRejected} {
+		n := m.retries[c].Load()
+		s.Retries += n
+		if n > 0 {
+			s.RetriesAfter[c] = n
+		}
+	}
+	for o := range m.outcomes {
+		if n := m.outcomes[o].Load(); n > 0 {
+			s.Outcomes[Outcome(o)] = n
+		}
+	}
+	return s
+}
+
+// AttemptInfo describes one attempt to an OnAttempt hook. It holds no key,
+// body or credential.
+type AttemptInfo struct {
+	// Method is the request method.
+	Method string
+	// URL is the request URL without its query, user info or fragment.
+	URL string
+	// N numbers the attempt within its operation, from 1.
+	N int
+	// Attempt is the attempt's record.
+	Attempt Attempt
+	// Action is what follows: done, retry or stop. A retry may still be
+	// refused by the policy, the budget or the context.
+	Action Action
+}
+
+// observer feeds the counters, the logger and the hook.
+type observer struct {
+	m      *metrics
+	logger *slog.Logger
+	hook   func(AttemptInfo)
+}
+
+func (o observer) attempt(ctx context.Context, r *run, a Attempt, d Decision) {
+	o.m.attempts.Add(1)
+	switch {
+	case a.Status == 409:
+		o.m.conflicts.Add(1)
+	case d.Class == ClassKeyReused:
+		o.m.keyReused.Add(1)
+	}
+	if o.hook != nil {
+		o.hook(AttemptInfo{Method: r.method, URL: safeURL(r.url), N: len(r.attempts), Attempt: a, Action: d.Action})
+	}
+	if o.logger == nil || !o.logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", r.method), slog.String("url", safeURL(r.url)), slog.Int("n", len(r.attempts)),
+		slog.String("class", a.Class.String()), slog.Int("status", a.Status), slog.String("action", d.Action.String()),
+		slog.Int("conns", a.Wire.Conns), slog.Bool("wrote_headers", a.Wire.WroteHeaders),
+		slog.Bool("got_response", a.Wire.GotResponse), slog.Duration("duration", a.Duration),
+	}
+	if a.Err != nil {
+		attrs = append(attrs, slog.String("error", safeError(a.Err)))
+	}
+	o.logger.LogAttrs(ctx, slog.LevelDebug, "idem: attempt", attrs...)
+}
+
+func (o observer) retry(ctx context.Context, r *run, wait time.Duration) {
+	last := r.attempts[len(r.attempts)-1]
+	if int(last.Class) < len(o.m.retries) {
+		o.m.retries[last.Class].Add(1)
+	}
+	if o.logger != nil {
+		o.logger.LogAttrs(ctx, slog.LevelInfo, "idem: retrying",
+			slog.String("method", r.method), slog.String("url", safeURL(r.url)),
+			slog.Int("n", len(r.attempts)), slog.String("after", last.Class.String()), slog.Duration("wait", wait))
+	}
+}
+
+// finish records how an operation ended.
+func (o observer) finish(ctx context.Context, r *run, out Outcome, replayed bool, e *Error) {
+	if int(out) < len(o.m.outcomes) {
+		o.m.outcomes[out].Add(1)
+	}
+	if replayed {
+		o.m.replays.Add(1)
+	}
+	if out == Unknown && o.logger != nil {
+		reason := ""
+		if e != nil {
+			reason = e.Reason
+		}
+		o.logger.LogAttrs(ctx, slog.LevelWarn, "idem: outcome unknown",
+			slog.String("method", r.method), slog.String("url", safeURL(r.url)),
+			slog.Int("attempts", len(r.attempts)), slog.String("reason", reason))
+	}
+}
+
+// safeURL drops what may hold a secret: query, user info, fragment.
+func safeURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.RawQuery, u.User, u.Fragment, u.RawFragment = "", nil, "", ""
+	return u.String()
+}
+
+// safeError is err without the URL net/http puts in front of it.
+func safeError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,111 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func logRecords(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestLoggerRecords(t *testing.T) {
+	srv := newScripted(t, answer(503), answer(503))
+	var buf bytes.Buffer
+	c, _ := testClient(t, nil)
+	c.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c.Policy.MaxAttempts = 2
+	c.Authorize = func(_ context.Context, r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer sk_live_SECRET")
+		return nil
+	}
+	in := mustIntent(t, "POST", srv.URL+"/pay?api_key=QUERYSECRET", `{"card":"4242BODYSECRET"}`)
+	_, err := c.Do(context.Background(), in)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+
+	recs := logRecords(t, &buf)
+	var levels, msgs []string
+	for _, r := range recs {
+		levels = append(levels, r["level"].(string))
+		msgs = append(msgs, r["msg"].(string))
+	}
+	assert.Equal(t, []string{"DEBUG", "INFO", "DEBUG", "WARN"}, levels)
+	assert.Equal(t, []string{"idem: attempt", "idem: retrying", "idem: attempt", "idem: outcome unknown"}, msgs)
+	assert.Equal(t, "ambiguous", recs[0]["class"])
+	assert.EqualValues(t, 503, recs[0]["status"])
+	assert.Equal(t, srv.URL+"/pay", recs[0]["url"])
+	assert.Contains(t, recs[3]["reason"], "attempts exhausted")
+
+	out := buf.String()
+	for _, secret := range []string{in.Key(), "BODYSECRET", "sk_live_SECRET", "QUERYSECRET"} {
+		assert.NotContains(t, out, secret, "logs must not hold %q", secret)
+	}
+}
+
+func TestLoggerQuietByDefault(t *testing.T) {
+	srv := newScripted(t, hangup, answer(201))
+	var buf bytes.Buffer
+	c, _ := testClient(t, nil)
+	c.Logger = slog.New(slog.NewTextHandler(&buf, nil)) // Info and above
+	in := mustIntent(t, "POST", srv.URL, "BODYSECRET")
+	res, err := c.Do(context.Background(), in)
+	require.NoError(t, err)
+	res.Response.Body.Close()
+	out := buf.String()
+	assert.Contains(t, out, "idem: retrying")
+	assert.NotContains(t, out, "idem: attempt")
+	assert.NotContains(t, out, in.Key())
+	assert.NotContains(t, out, "BODYSECRET")
+	assert.NotContains(t, out, "GET "+srv.URL, "no request line from net/http's error")
+}
+
+func TestClientStatsAndHook(t *testing.T) {
+	srv := newScripted(t, answer(409), answer(503), answer(201, "Idempotent-Replayed", "true"), answer(422))
+	c, _ := testClient(t, nil)
+	var infos []AttemptInfo
+	c.OnAttempt = func(a AttemptInfo) { infos = append(infos, a) }
+	res, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL+"/p", "a"))
+	require.NoError(t, err)
+	res.Response.Body.Close()
+	_, err = c.Do(context.Background(), mustIntent(t, "POST", srv.URL+"/p", "b"))
+	require.ErrorIs(t, err, ErrKeyReused)
+
+	st := c.Stats()
+	assert.Equal(t, uint64(4), st.Attempts)
+	assert.Equal(t, uint64(2), st.Retries)
+	assert.Equal(t, map[Class]uint64{ClassNotProcessed: 1, ClassAmbiguous: 1}, st.RetriesAfter)
+	assert.Equal(t, uint64(1), st.Replays)
+	assert.Equal(t, uint64(1), st.Conflicts)
+	assert.Equal(t, uint64(1), st.KeyReused)
+	assert.Equal(t, map[Outcome]uint64{Applied: 1, NotApplied: 1}, st.Outcomes)
+
+	require.Len(t, infos, 4)
+	assert.Equal(t, []int{1, 2, 3, 1}, []int{infos[0].N, infos[1].N, infos[2].N, infos[3].N})
+	assert.Equal(t, ActionRetry, infos[0].Action)
+	assert.Equal(t, ActionDone, infos[2].Action)
+	assert.Equal(t, ActionStop, infos[3].Action)
+	assert.Equal(t, "POST", infos[0].Method)
+}
+
+func TestSafeURLAndError(t *testing.T) {
+	assert.Equal(t, "https://h/p", safeURL("https://u:pw@h/p?k=v#f"))
+	assert.Equal(t, "(unparsable URL)", safeURL("http://h/%zz"))
+}

@@ -1,0 +1,161 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+)
+
+// Transport is an http.RoundTripper that gives an existing *http.Client,
+// and the generated API clients and SDKs built on one, idem's retries without
+// changing a call site:
+//
+//	hc := &http.Client{Transport: &idem.Transport{}}
+//
+// It classifies each attempt and retries as Client.Do would: a request that
+// never reached the server is resent whatever its method (its body replayed
+// through Request.GetBody); an ambiguous one only when its method is safe or
+// idempotent, or when it already carries an idempotency key header.
+//
+// Transport never adds a key. A key made per call inside a transport is made
+// per attempt from the operation's point of view: a caller that retries a
+// timed-out call gets a new key and, at the server, a new operation. Keys must
+// be born with the intent, in the application; give the request its
+// Idempotency-Key header there, or use Client.Do with an Intent.
+//
+// Unlike Client.Do, Transport hands back the last response whatever its
+// status, as a RoundTripper should; when no response came, the error is an
+// *Error with the outcome and the attempts (wrapped by http.Client in a
+// *url.Error; errors.Is and errors.As see through it).
+//
+// The zero Transport is ready to use with http.DefaultTransport. A Transport
+// is safe for concurrent use; do not change its fields after first use.
+type Transport struct {
+	// Base sends each attempt. If nil, http.DefaultTransport is used.
+	Base http.RoundTripper
+	// Policy bounds attempts and waits. The zero Policy is the default.
+	Policy Policy
+	// Budget limits retries across every request of the Transport. If nil,
+	// the Transport makes its own with DefaultBudgetTokens.
+	Budget *Budget
+	// KeyHeader names the header that marks a request as keyed. If empty,
+	// DefaultKeyHeader is used.
+	KeyHeader string
+	// DeletePolicy says when a DELETE answered 404 or 410 is done.
+	DeletePolicy DeletePolicy
+	// Logger and OnAttempt are as in Client.
+	Logger    *slog.Logger
+	OnAttempt func(AttemptInfo)
+
+	budgetOnce sync.Once
+	budget     *Budget
+	metrics    metrics
+
+	// Seams for tests: nil means the real clock and math/rand/v2.
+	clock clock
+	rand  func() float64
+}
+
+// RoundTrip implements http.RoundTripper. It does not modify req, and it
+// closes req.Body, as the interface requires.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	p, err := t.Policy.withDefaults()
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	if !replayable {
+		// Without GetBody a body cannot be sent twice: one attempt only.
+		p.MaxAttempts = 1
+	}
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	r := &run{
+		engine: engine{
+			policy: p, budget: t.budgetOrDefault(), deletePolicy: t.DeletePolicy,
+			clock: t.clockOrReal(), rand: t.random,
+			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt},
+		},
+		method: req.Method, url: req.URL.String(), hasKey: t.keyed(req),
+		send: base.RoundTrip,
+	}
+	if r.method == "" {
+		r.method = http.MethodGet
+	}
+	first := true
+	r.build = func(ctx context.Context) (*http.Request, error) {
+		if first { // the caller's own body goes out on the first attempt
+			first = false
+			return req.WithContext(ctx), nil
+		}
+		out := req.Clone(ctx)
+		if req.GetBody != nil {
+			body, err := req.GetBody()
+			if err != nil {
+				return nil, fmt.Errorf("idem: replaying the request body: %w", err)
+			}
+			out.Body = body
+		}
+		return out, nil
+	}
+	resp, d, e := r.loop(req.Context())
+	if first {
+		closeBody(req) // no attempt took it
+	}
+	if e != nil && resp == nil {
+		r.obs.finish(req.Context(), r, e.Outcome, false, e)
+		return nil, e
+	}
+	out := d.Outcome
+	if e != nil {
+		out = e.Outcome
+	}
+	r.obs.finish(req.Context(), r, out, IsReplayed(resp.Header), e)
+	return resp, nil
+}
+
+// keyed reports whether req carries an idempotency key.
+func (t *Transport) keyed(req *http.Request) bool {
+	name := t.KeyHeader
+	if name == "" {
+		name = DefaultKeyHeader
+	}
+	return req.Header.Get(name) != "" || (t.KeyHeader == "" && req.Header.Get("X-Idempotency-Key") != "")
+}
+
+// Stats returns the Transport's counters.
+func (t *Transport) Stats() Stats { return t.metrics.stats() }
+
+func (t *Transport) budgetOrDefault() *Budget {
+	if t.Budget != nil {
+		return t.Budget
+	}
+	t.budgetOnce.Do(func() { t.budget = NewBudget(DefaultBudgetTokens) })
+	return t.budget
+}
+
+func (t *Transport) clockOrReal() clock {
+	if t.clock != nil {
+		return t.clock
+	}
+	return realClock{}
+}
+
+func (t *Transport) random() float64 {
+	if t.rand != nil {
+		return t.rand()
+	}
+	return rand.Float64()
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
