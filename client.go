@@ -308,4 +308,3 @@ func (c *Client) keyValue(key string) string {
 	}
 	return key
 }
-
