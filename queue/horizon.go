@@ -40,8 +40,8 @@ func (h horizon) judge(r *Record, now, hwm time.Time) (verdict, string) {
 	end := now.Add(h.attemptTimeout)
 	if first := r.FirstSentAt; !first.IsZero() {
 		if limit := h.keyLimit(first); end.After(limit) {
-			return verdictExpire, fmt.Sprintf("past the horizon: first sent %s, the server may forget its key from %s",
-				first.UTC().Format(time.RFC3339), limit.UTC().Format(time.RFC3339))
+			return verdictExpire, fmt.Sprintf("past the horizon: first sent %s, so attempts must end by %s (retention %v less margin %v)",
+				first.UTC().Format(time.RFC3339Nano), limit.UTC().Format(time.RFC3339Nano), h.retention, h.margin)
 		}
 	}
 	if h.maxAge > 0 {

@@ -34,7 +34,7 @@ func TestHorizonJudge(t *testing.T) {
 		{"attempt would end at the limit", h, t0, limit.Add(-30 * time.Second), t0, verdictSend, ""},
 		{"attempt would end just past the limit", h, t0, limit.Add(-29 * time.Second), t0, verdictExpire, "past the horizon"},
 		{"inside the margin", h, t0, t0.Add(23*time.Hour + 30*time.Minute), t0, verdictExpire, "past the horizon"},
-		{"past retention", h, t0, t0.Add(25 * time.Hour), t0, verdictExpire, "the server may forget its key from 2026-12-02T11:00:00Z"},
+		{"past retention", h, t0, t0.Add(25 * time.Hour), t0, verdictExpire, "attempts must end by 2026-12-02T11:00:00Z (retention 24h0m0s less margin 1h0m0s)"},
 		{"clock behind the high-water mark within tolerance", h, t0, t0.Add(time.Hour), t0.Add(time.Hour + 4*time.Minute), verdictSend, ""},
 		{"clock ran backwards", h, t0, t0.Add(-48 * time.Hour), t0.Add(time.Hour), verdictHold, "before the latest time seen"},
 		{"clock ran backwards past a horizon it would hide", h, t0, t0.Add(time.Hour), t0.Add(30 * time.Hour), verdictHold, "clock reads"},

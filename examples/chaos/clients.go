@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -17,16 +18,46 @@ type sendFunc func(ctx context.Context, url string, body []byte) verdict
 
 // clientKind is one way of sending payments.
 type clientKind struct {
-	name  string
-	build func(*testserver.Server, config) sendFunc
+	name string
+	// send sends the payments to srv and returns what the client told its
+	// caller about each, in payment order.
+	send func(ctx context.Context, srv *testserver.Server, cfg config) ([]verdict, error)
+	// idem marks idem's rows, which the last line sums and the exit code
+	// judges.
+	idem bool
 }
 
-// clientKinds lists the clients compared, idem last.
+// clientKinds lists the clients compared, idem's last.
 func clientKinds() []clientKind {
 	return []clientKind{
-		{"no retries", noRetries},
-		{"naive retries", naiveRetries},
-		{"idem", idemClient},
+		{name: "no retries", send: eachPayment(noRetries)},
+		{name: "naive retries", send: eachPayment(naiveRetries)},
+		{name: "idem", send: eachPayment(idemClient), idem: true},
+		{name: "idem queue", send: queued, idem: true},
+	}
+}
+
+// eachPayment sends the payments one call each, cfg.workers at a time,
+// through the client build makes.
+func eachPayment(build func(*testserver.Server, config) sendFunc) func(context.Context, *testserver.Server, config) ([]verdict, error) {
+	return func(ctx context.Context, srv *testserver.Server, cfg config) ([]verdict, error) {
+		send := build(srv, cfg)
+		verdicts := make([]verdict, cfg.n)
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range cfg.workers {
+			wg.Go(func() {
+				for i := range next {
+					verdicts[i] = send(ctx, srv.URL()+"/payments", payment(i))
+				}
+			})
+		}
+		for i := range cfg.n {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		return verdicts, nil
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // TestDefaultRun is the demo's promise with its default flags: naive retries
-// duplicate, no retries misreport, idem does neither.
+// duplicate, no retries misreport, idem's rows (the client and the queue) do
+// neither, and the last line sums them.
 func TestDefaultRun(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := run(nil, &out, &errOut)
@@ -24,11 +26,20 @@ func TestDefaultRun(t *testing.T) {
 	last := lines[len(lines)-1]
 	m := regexp.MustCompile(`^idem: intents=(\d+) applied=(\d+) duplicates=(\d+) lost=(\d+) misreported=(\d+) unknown=(\d+)$`).FindStringSubmatch(last)
 	require.NotNil(t, m, "last line %q", last)
-	assert.Equal(t, "500", m[1])
+	assert.Equal(t, "1000", m[1], "intents of both idem rows")
 	assert.Equal(t, "0", m[3], "idem duplicates")
 	assert.Equal(t, "0", m[5], "idem misreports")
 
 	rows := tableRows(t, out.String())
+	client, viaQueue := rows["idem"], rows["idem queue"]
+	for i, want := range []int{
+		client.intents + viaQueue.intents, client.applied + viaQueue.applied, client.duplicates + viaQueue.duplicates,
+		client.lost + viaQueue.lost, client.misreported + viaQueue.misreported, client.unknown + viaQueue.unknown,
+	} {
+		assert.Equal(t, strconv.Itoa(want), m[i+1], "last line field %d is the sum of the idem rows", i+1)
+	}
+	assert.Zero(t, viaQueue.duplicates, "idem queue duplicates")
+	assert.Zero(t, viaQueue.misreported, "idem queue misreports")
 	assert.Greater(t, rows["naive retries"].duplicates, 0, "naive retries must show duplicates")
 	assert.Greater(t, rows["no retries"].misreported, 0, "no retries must show misreports")
 	assert.Equal(t, 0, rows["no retries"].duplicates)
@@ -46,12 +57,13 @@ func TestScenes(t *testing.T) {
 		assert.Equal(t, 120, r.intents)
 		assert.Equal(t, r.intents, r.applied+r.duplicates+r.lost, "%s: every payment is counted once", k.name)
 	}
-	idem := got["idem"]
-	assert.Zero(t, idem.duplicates)
-	assert.Zero(t, idem.misreported)
+	for _, name := range []string{"idem", "idem queue"} {
+		assert.Zero(t, got[name].duplicates, "%s duplicates", name)
+		assert.Zero(t, got[name].misreported, "%s misreports", name)
+		assert.Greater(t, got[name].applied, got["no retries"].applied, "%s gets more payments through than one attempt does", name)
+	}
 	assert.Greater(t, got["naive retries"].duplicates, 0)
 	assert.Greater(t, got["no retries"].misreported, 0)
-	assert.Greater(t, idem.applied, got["no retries"].applied, "idem gets more payments through than one attempt does")
 }
 
 func TestBadFlags(t *testing.T) {
@@ -73,21 +85,19 @@ func TestBadFlags(t *testing.T) {
 func tableRows(t *testing.T, out string) map[string]row {
 	t.Helper()
 	rows := map[string]row{}
-	re := regexp.MustCompile(`^\s*(no retries|naive retries|idem)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$`)
+	re := regexp.MustCompile(`^\s*(no retries|naive retries|idem queue|idem)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$`)
 	for _, line := range strings.Split(out, "\n") {
 		m := re.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
 		n := func(i int) int {
-			var v int
-			for _, c := range m[i] {
-				v = v*10 + int(c-'0')
-			}
+			v, err := strconv.Atoi(m[i])
+			require.NoError(t, err)
 			return v
 		}
 		rows[m[1]] = row{name: m[1], intents: n(2), applied: n(3), duplicates: n(4), lost: n(5), misreported: n(6), unknown: n(7), sent: n(8)}
 	}
-	require.Len(t, rows, 3, "table rows in:\n%s", out)
+	require.Len(t, rows, len(clientKinds()), "table rows in:\n%s", out)
 	return rows
 }
