@@ -40,7 +40,9 @@ const (
 // use once its fields are set; do not change them afterwards.
 type Client struct {
 	// HTTPClient sends the attempts. If nil, http.DefaultClient is used.
-	// Its Timeout, if set, bounds each attempt.
+	// Its Timeout, if set, bounds each attempt. The Client uses a copy whose
+	// CheckRedirect drops the key on redirects to another host (see
+	// RedirectPolicy) before calling HTTPClient's own.
 	HTTPClient *http.Client
 	// Policy bounds attempts and waits. The zero Policy is the default.
 	Policy Policy
@@ -71,6 +73,8 @@ type Client struct {
 
 	budgetOnce sync.Once
 	budget     *Budget
+	hcOnce     sync.Once
+	hc         *http.Client // HTTPClient with RedirectPolicy; made on first use
 	metrics    metrics
 
 	// Seams for tests: nil means the real clock and math/rand/v2.
@@ -266,11 +270,19 @@ func (c *Client) Attempt(ctx context.Context, in *Intent, h History) (Step, erro
 	return s, nil
 }
 
+// httpClient returns the http.Client attempts go through: HTTPClient, or
+// http.DefaultClient, with RedirectPolicy in front of its own CheckRedirect.
 func (c *Client) httpClient() *http.Client {
-	if c.HTTPClient != nil {
-		return c.HTTPClient
-	}
-	return http.DefaultClient
+	c.hcOnce.Do(func() {
+		base := c.HTTPClient
+		if base == nil {
+			base = http.DefaultClient
+		}
+		hc := *base
+		hc.CheckRedirect = RedirectPolicy(c.keyHeader(), base.CheckRedirect)
+		c.hc = &hc
+	})
+	return c.hc
 }
 
 func (c *Client) budgetOrDefault() *Budget {
