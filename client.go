@@ -67,9 +67,10 @@ type Client struct {
 	// record per retry and a warning per Unknown outcome. Keys, bodies and
 	// credentials are never logged, nor URL queries.
 	Logger *slog.Logger
-	// OnAttempt, if not nil, is called after every attempt, for exporting
-	// metrics. It runs on the caller's goroutine and must be quick.
-	OnAttempt func(AttemptInfo)
+	// OnAttempt, if not nil, is called after every attempt with the
+	// operation's context, for exporting metrics and traces. It runs on the
+	// caller's goroutine and must be quick.
+	OnAttempt func(context.Context, AttemptInfo)
 
 	budgetOnce sync.Once
 	budget     *Budget
@@ -137,7 +138,7 @@ type Attempt struct {
 
 func (a Attempt) String() string {
 	if a.Err != nil {
-		return fmt.Sprintf("%s: %v", a.Class, a.Err)
+		return fmt.Sprintf("%s: %s", a.Class, safeError(a.Err))
 	}
 	return fmt.Sprintf("%s: %d %s", a.Class, a.Status, http.StatusText(a.Status))
 }
@@ -195,7 +196,7 @@ func (c *Client) newRun(ctx context.Context, in *Intent) (*run, error) {
 }
 
 // Stats returns the Client's counters.
-func (c *Client) Stats() Stats { return c.metrics.stats() }
+func (c *Client) Stats() Stats { return c.metrics.stats(c.budgetOrDefault()) }
 
 // request builds the request of one attempt: the intent's bytes and headers,
 // the key, and fresh credentials.
@@ -263,6 +264,7 @@ func (c *Client) Attempt(ctx context.Context, in *Intent, h History) (Step, erro
 	if err != nil {
 		return Step{}, err
 	}
+	r.obs.attempt(ctx, r, d.Action)
 	s := Step{Attempt: r.attempts[0], Decision: d, Response: resp}
 	if resp != nil {
 		s.RetryAfter, _ = ParseRetryAfter(resp.Header.Get("Retry-After"), r.clock.Now())

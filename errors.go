@@ -115,9 +115,11 @@ type Error struct {
 	Err error
 }
 
+// Error says what is known, without the URL's query, which may hold a
+// secret.
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "idem: %s %s: %s", e.Method, e.URL, e.Outcome)
+	fmt.Fprintf(&b, "idem: %s %s: %s", e.Method, safeURL(e.URL), e.Outcome)
 	if e.Reason != "" {
 		b.WriteString(", ")
 		b.WriteString(e.Reason)

@@ -24,8 +24,12 @@ type Stats struct {
 	Conflicts, KeyReused uint64
 	// BudgetRefusals counts retries the retry budget refused.
 	BudgetRefusals uint64
-	// Outcomes counts finished operations by outcome.
+	// Outcomes counts operations finished by Do or RoundTrip, by outcome.
+	// Single attempts made with Client.Attempt count in Attempts only: their
+	// caller, such as a queue, decides when an operation ends.
 	Outcomes map[Outcome]uint64
+	// BudgetTokens is what is left of the retry budget; -1 when unlimited.
+	BudgetTokens int
 }
 
 // metrics holds the counters behind Stats; each is atomic, so a metrics is
@@ -36,8 +40,9 @@ type metrics struct {
 	outcomes                                                [NotApplied + 1]atomic.Uint64
 }
 
-func (m *metrics) stats() Stats {
+func (m *metrics) stats(b *Budget) Stats {
 	s := Stats{
+		BudgetTokens: b.Tokens(),
 		Attempts: m.attempts.Load(), Replays: m.replays.Load(), Conflicts: m.conflicts.Load(),
 		KeyReused: m.keyReused.Load(), BudgetRefusals: m.budgetRefusals.Load(),
 		RetriesAfter: map[Class]uint64{}, Outcomes: map[Outcome]uint64{},
@@ -58,7 +63,9 @@ func (m *metrics) stats() Stats {
 }
 
 // AttemptInfo describes one attempt to an OnAttempt hook. It holds no key,
-// body or credential.
+// body or credential, and no URL query: Attempt.Err reads without the request
+// URL net/http puts in front of it (errors.Is and errors.As still see the
+// original).
 type AttemptInfo struct {
 	// Method is the request method.
 	Method string
@@ -68,8 +75,8 @@ type AttemptInfo struct {
 	N int
 	// Attempt is the attempt's record.
 	Attempt Attempt
-	// Action is what follows: done, retry or stop. A retry may still be
-	// refused by the policy, the budget or the context.
+	// Action is what followed: done, a retry after Attempt.Wait, or stop
+	// (the decision table's, or the policy's, budget's or context's).
 	Action Action
 }
 
@@ -77,28 +84,36 @@ type AttemptInfo struct {
 type observer struct {
 	m      *metrics
 	logger *slog.Logger
-	hook   func(AttemptInfo)
+	hook   func(context.Context, AttemptInfo)
 }
 
-func (o observer) attempt(ctx context.Context, r *run, a Attempt, d Decision) {
+// attempt records the latest attempt of r, once what follows it (action)
+// is known.
+func (o observer) attempt(ctx context.Context, r *run, action Action) {
+	a := r.attempts[len(r.attempts)-1]
 	o.m.attempts.Add(1)
 	switch {
 	case a.Status == 409:
 		o.m.conflicts.Add(1)
-	case d.Class == ClassKeyReused:
+	case a.Class == ClassKeyReused:
 		o.m.keyReused.Add(1)
 	}
 	if o.hook != nil {
-		o.hook(AttemptInfo{Method: r.method, URL: safeURL(r.url), N: len(r.attempts), Attempt: a, Action: d.Action})
+		shown := a
+		if a.Err != nil {
+			shown.Err = redacted{a.Err}
+		}
+		o.hook(ctx, AttemptInfo{Method: r.method, URL: safeURL(r.url), N: len(r.attempts), Attempt: shown, Action: action})
 	}
 	if o.logger == nil || !o.logger.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
 	attrs := []slog.Attr{
 		slog.String("method", r.method), slog.String("url", safeURL(r.url)), slog.Int("n", len(r.attempts)),
-		slog.String("class", a.Class.String()), slog.Int("status", a.Status), slog.String("action", d.Action.String()),
+		slog.String("class", a.Class.String()), slog.Int("status", a.Status), slog.String("action", action.String()),
 		slog.Int("conns", a.Wire.Conns), slog.Bool("wrote_headers", a.Wire.WroteHeaders),
 		slog.Bool("got_response", a.Wire.GotResponse), slog.Duration("duration", a.Duration),
+		slog.Duration("wait", a.Wait),
 	}
 	if a.Err != nil {
 		attrs = append(attrs, slog.String("error", safeError(a.Err)))
@@ -146,6 +161,13 @@ func safeURL(raw string) string {
 	u.RawQuery, u.User, u.Fragment, u.RawFragment = "", nil, "", ""
 	return u.String()
 }
+
+// redacted shows an error without the request URL, keeping it for
+// errors.Is and errors.As.
+type redacted struct{ err error }
+
+func (r redacted) Error() string { return safeError(r.err) }
+func (r redacted) Unwrap() error { return r.err }
 
 // safeError is err without the URL net/http puts in front of it.
 func safeError(err error) string {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -81,7 +83,7 @@ func TestClientStatsAndHook(t *testing.T) {
 	srv := newScripted(t, answer(409), answer(503), answer(201, "Idempotent-Replayed", "true"), answer(422))
 	c, _ := testClient(t, nil)
 	var infos []AttemptInfo
-	c.OnAttempt = func(a AttemptInfo) { infos = append(infos, a) }
+	c.OnAttempt = func(_ context.Context, a AttemptInfo) { infos = append(infos, a) }
 	res, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL+"/p", "a"))
 	require.NoError(t, err)
 	res.Response.Body.Close()
@@ -108,4 +110,43 @@ func TestClientStatsAndHook(t *testing.T) {
 func TestSafeURLAndError(t *testing.T) {
 	assert.Equal(t, "https://h/p", safeURL("https://u:pw@h/p?k=v#f"))
 	assert.Equal(t, "(unparsable URL)", safeURL("http://h/%zz"))
+}
+
+func TestHookSeesWaitsAndTrueActions(t *testing.T) {
+	srv := newScripted(t, answer(503), answer(503))
+	c, _ := testClient(t, nil)
+	c.Policy.MaxAttempts = 2
+	type seen struct {
+		info AttemptInfo
+		ctx  context.Context
+	}
+	var got []seen
+	c.OnAttempt = func(ctx context.Context, a AttemptInfo) { got = append(got, seen{a, ctx}) }
+	type ctxKey struct{}
+	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
+	_, err := c.Do(ctx, mustIntent(t, "POST", srv.URL, "x"))
+	require.ErrorIs(t, err, ErrAttemptsExhausted)
+	require.Len(t, got, 2)
+	assert.Equal(t, ActionRetry, got[0].info.Action)
+	assert.Equal(t, 200*ms, got[0].info.Attempt.Wait, "the hook sees the wait that followed")
+	assert.Equal(t, ActionStop, got[1].info.Action, "the policy stopped what the table would retry")
+	assert.Equal(t, "trace-1", got[0].ctx.Value(ctxKey{}), "the hook gets the operation's context")
+	assert.Equal(t, DefaultBudgetTokens-10, c.Stats().BudgetTokens)
+}
+
+func TestNoQueryInErrorsAndHook(t *testing.T) {
+	d := &refusingDialer{}
+	d.left.Store(100)
+	c, _ := testClient(t, httpClient(t, d.DialContext))
+	c.Policy.MaxAttempts = 1
+	var errText string
+	var hookErr error
+	c.OnAttempt = func(_ context.Context, a AttemptInfo) { errText, hookErr = a.Attempt.Err.Error(), a.Attempt.Err }
+	_, err := c.Do(context.Background(), mustIntent(t, "POST", "http://127.0.0.1:9/p?token=QUERYSECRET", "x"))
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "QUERYSECRET")
+	assert.NotContains(t, errText, "QUERYSECRET")
+	assert.Contains(t, errText, "connection refused")
+	var op *net.OpError
+	assert.True(t, errors.As(hookErr, &op), "the hook's error still unwraps to the original")
 }

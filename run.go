@@ -63,19 +63,24 @@ func (r *run) loop(ctx context.Context) (*http.Response, Decision, *Error) {
 		}
 		switch {
 		case d.Action == ActionDone:
+			r.obs.attempt(ctx, r, ActionDone)
 			r.budget.succeed(r.spent)
 			return resp, d, nil
 		case d.Action == ActionStop && d.Class == ClassRejected && d.Outcome == NotApplied:
+			r.obs.attempt(ctx, r, ActionStop)
 			return resp, d, nil
 		case d.Action == ActionStop:
+			r.obs.attempt(ctx, r, ActionStop)
 			return resp, d, r.fail(d.Outcome, d.Reason, 0, d.Cause)
 		}
 		wait, ferr := r.nextWait(ctx, resp, d.Class)
 		if ferr != nil {
+			r.obs.attempt(ctx, r, ActionStop) // the decision said retry; the policy said no
 			return resp, d, ferr
 		}
 		drain(resp)
 		r.attempts[len(r.attempts)-1].Wait = wait
+		r.obs.attempt(ctx, r, ActionRetry)
 		r.obs.retry(ctx, r, wait)
 		if err := r.clock.Sleep(ctx, wait); err != nil {
 			return nil, d, r.fail(r.outcome(), "context ended while waiting to retry", 0, err)
@@ -97,7 +102,6 @@ func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
 	att.Class = d.Class
 	r.attempts = append(r.attempts, att)
 	r.ambiguous = r.ambiguous || d.Class == ClassAmbiguous
-	r.obs.attempt(ctx, r, att, d)
 	return resp, d, nil
 }
 

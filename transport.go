@@ -48,7 +48,7 @@ type Transport struct {
 	DeletePolicy DeletePolicy
 	// Logger and OnAttempt are as in Client.
 	Logger    *slog.Logger
-	OnAttempt func(AttemptInfo)
+	OnAttempt func(context.Context, AttemptInfo)
 
 	budgetOnce sync.Once
 	budget     *Budget
@@ -130,7 +130,7 @@ func (t *Transport) keyed(req *http.Request) bool {
 }
 
 // Stats returns the Transport's counters.
-func (t *Transport) Stats() Stats { return t.metrics.stats() }
+func (t *Transport) Stats() Stats { return t.metrics.stats(t.budgetOrDefault()) }
 
 func (t *Transport) budgetOrDefault() *Budget {
 	if t.Budget != nil {

@@ -177,7 +177,7 @@ func TestTransportBudgetAndStats(t *testing.T) {
 	tr, _ := testTransport(t, nil)
 	tr.Budget = NewBudget(10)
 	var infos []AttemptInfo
-	tr.OnAttempt = func(a AttemptInfo) { infos = append(infos, a) }
+	tr.OnAttempt = func(_ context.Context, a AttemptInfo) { infos = append(infos, a) }
 	req, _ := http.NewRequest("GET", srv.URL+"/x?token=secret", nil)
 	resp, err := tr.RoundTrip(req)
 	require.NoError(t, err)
