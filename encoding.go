@@ -17,6 +17,9 @@ const encodingVersion = 1
 // encodingMagic starts every encoded Intent.
 const encodingMagic = "idem"
 
+// flagSupplied marks a key given with WithKey.
+const flagSupplied = 1
+
 // MarshalBinary encodes the intent for storage, FirstSentAt included, so that
 // a queue can persist it and send it after a restart with the same key. The
 // form is versioned and ends in a CRC-32C of the rest.
@@ -35,6 +38,11 @@ func (in *Intent) MarshalBinary() ([]byte, error) {
 	for _, s := range [...]string{in.method, in.url, in.key, in.lane} {
 		b = appendString(b, s)
 	}
+	var flags uint64
+	if in.supplied {
+		flags |= flagSupplied
+	}
+	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendVarint(b, unixNano(in.createdAt))
 	b = binary.AppendVarint(b, in.firstSentAt.Load())
 	b = binary.AppendUvarint(b, uint64(len(in.header)))
@@ -71,6 +79,7 @@ func (in *Intent) UnmarshalBinary(data []byte) error {
 	}
 	d := decoder{b: body[len(encodingMagic)+1:]}
 	method, url, key, lane := d.string(), d.string(), d.string(), d.string()
+	flags := d.uvarint(flagSupplied, "flags")
 	created, firstSent := d.varint(), d.varint()
 	header := d.header()
 	payload := d.string()
@@ -80,7 +89,14 @@ func (in *Intent) UnmarshalBinary(data []byte) error {
 	if d.err != nil {
 		return fmt.Errorf("%w: encoding: %v", ErrInvalidIntent, d.err)
 	}
-	return in.restore(method, url, key, lane, created, firstSent, header, []byte(payload))
+	if flags&flagSupplied != 0 && key == "" {
+		return fmt.Errorf("%w: encoding: supplied key flag without a key", ErrInvalidIntent)
+	}
+	if err := in.restore(method, url, key, lane, created, firstSent, header, []byte(payload)); err != nil {
+		return err
+	}
+	in.supplied = flags&flagSupplied != 0
+	return nil
 }
 
 // restore validates decoded fields as NewIntent would and sets them.

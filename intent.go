@@ -38,6 +38,7 @@ type Intent struct {
 	header    http.Header
 	body      []byte
 	key       string
+	supplied  bool // the key came from WithKey rather than uuid.New
 	lane      string
 	createdAt time.Time
 
@@ -158,6 +159,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		url:       rawURL,
 		header:    c.header,
 		key:       c.key,
+		supplied:  c.hasKey,
 		lane:      c.lane,
 		createdAt: c.now.Round(0),
 	}
@@ -178,6 +180,12 @@ func (in *Intent) Key() string { return in.key }
 
 // HasKey reports whether the intent carries an idempotency key.
 func (in *Intent) HasKey() bool { return in.key != "" }
+
+// KeySupplied reports whether the key was given with WithKey rather than
+// generated. A generated key is new by construction (122 random bits); only a
+// supplied key, derived from something the application already had, can
+// arrive twice for one operation, as when a producer restarts.
+func (in *Intent) KeySupplied() bool { return in.supplied }
 
 // Lane returns the ordering lane; "" is the default lane.
 func (in *Intent) Lane() string { return in.lane }

@@ -298,3 +298,22 @@ func TestIntentHeaderNilWhenNone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.Header(nil), in.Header())
 }
+
+func TestKeySupplied(t *testing.T) {
+	gen, err := NewIntent("POST", "http://h/", nil)
+	require.NoError(t, err)
+	sup, err := NewIntent("POST", "http://h/", nil, WithKey("k"))
+	require.NoError(t, err)
+	none, err := NewIntent("POST", "http://h/", nil, WithoutKey())
+	require.NoError(t, err)
+	assert.False(t, gen.KeySupplied())
+	assert.True(t, sup.KeySupplied())
+	assert.False(t, none.KeySupplied())
+	for _, in := range []*Intent{gen, sup, none} {
+		data, err := in.MarshalBinary()
+		require.NoError(t, err)
+		var out Intent
+		require.NoError(t, out.UnmarshalBinary(data))
+		assert.Equal(t, in.KeySupplied(), out.KeySupplied(), "KeySupplied survives encoding")
+	}
+}

@@ -73,9 +73,9 @@ func (q *Queue) Wake() {
 	q.woken = now
 	wasOffline := q.offline.on
 	q.offline = offlineState{}
-	for _, l := range q.lanes {
+	for _, l := range q.idx.lanes {
 		l.held = ""
-		if !l.busy && l.count > 0 {
+		if !l.busy && len(l.ids) > 0 {
 			l.nextAt = now
 			q.ready.push(l)
 		}
@@ -199,9 +199,9 @@ func (q *Queue) release(l *lane) {
 	defer q.mu.Unlock()
 	l.busy = false
 	switch {
-	case l.count <= 0:
+	case len(l.ids) == 0:
 		q.ready.remove(l)
-		delete(q.lanes, l.name)
+		delete(q.idx.lanes, l.name)
 	case l.held == "":
 		q.ready.push(l)
 	}
@@ -224,7 +224,7 @@ func (q *Queue) work(ctx context.Context, l *lane) {
 
 // workHead handles the head of a lane and returns when the lane is next due.
 func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.Time, error) {
-	r, data, err := q.head(name)
+	r, err := q.head(name)
 	if err != nil || r == nil {
 		return now, err
 	}
@@ -240,10 +240,10 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		return now.Add(q.opts.idle), nil
 	case verdictExpire:
 		q.unholdClock()
-		return now, q.settle(r, len(data), Expired, q.outcomeOf(r), reason, nil)
+		return now, q.settle(r, Pending, Expired, q.outcomeOf(r), reason, nil)
 	}
 	q.unholdClock()
-	if err := q.lease(r, len(data), now); err != nil {
+	if err := q.lease(r, now); err != nil {
 		return now, err
 	}
 	return q.attempt(ctx, r)
@@ -260,27 +260,43 @@ func (q *Queue) due(r *Record, now time.Time) bool {
 	return r.LastClass == idem.ClassNeverSent && !q.woken.IsZero() && !q.woken.Before(r.LastAttemptAt)
 }
 
-func (q *Queue) head(name string) (*Record, []byte, error) {
-	var r *Record
-	var data []byte
-	err := q.guard(func() error {
-		return q.db.View(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			r, data, err = b.head(name)
-			return err
-		})
-	})
-	return r, data, err
+// head returns the first unsettled record of the lane called name, or nil.
+func (q *Queue) head(name string) (*Record, error) {
+	for {
+		q.mu.Lock()
+		var id ID
+		ok := false
+		if l := q.idx.lanes[name]; l != nil {
+			id, ok = l.head()
+		}
+		q.mu.Unlock()
+		if !ok {
+			return nil, nil
+		}
+		r, err := q.Get(id)
+		if err == nil && !r.State.Settled() {
+			return r, nil
+		}
+		if !errors.Is(err, ErrNotFound) && err != nil {
+			return nil, err
+		}
+		q.forget(name, id) // discarded or settled behind the index's back
+	}
+}
+
+// forget drops id from a lane's order.
+func (q *Queue) forget(name string, id ID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if l := q.idx.lanes[name]; l != nil {
+		l.drop(id)
+	}
 }
 
 // lease marks r in flight and counts the attempt, setting FirstSentAt if
 // unset, before anything is sent: a crash after the send leaves the record
 // marked as possibly sent, which is the safe side.
-func (q *Queue) lease(r *Record, oldLen int, now time.Time) error {
-	old := r.State
+func (q *Queue) lease(r *Record, now time.Time) error {
 	r.State = InFlight
 	r.Attempts++
 	r.LastAttemptAt = now
@@ -294,21 +310,7 @@ func (q *Queue) lease(r *Record, oldLen int, now time.Time) error {
 	}
 	hwm := q.hwm
 	q.mu.Unlock()
-	return q.guard(func() error {
-		return q.write(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			if err := b.update(old, oldLen, r); err != nil {
-				return err
-			}
-			if getUint(b.meta, metaHWM) < uint64(nanos(hwm)) {
-				return putUint(b.meta, metaHWM, uint64(nanos(hwm)))
-			}
-			return nil
-		})
-	})
+	return q.commit(Pending, r, func(b buckets) error { return q.saveHWM(b, hwm) })
 }
 
 // attempt sends one attempt of the leased r and records what followed.
@@ -389,7 +391,7 @@ func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
 	}
 	err := fmt.Errorf("queue: lane %q: 401 Unauthorized with fresh credentials; held until Wake", r.Intent.Lane())
 	q.mu.Lock()
-	if l := q.lanes[r.Intent.Lane()]; l != nil {
+	if l := q.idx.lanes[r.Intent.Lane()]; l != nil {
 		l.held = err.Error()
 	}
 	q.mu.Unlock()
@@ -400,59 +402,68 @@ func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
 // requeue commits r as pending, due at next.
 func (q *Queue) requeue(r *Record, next time.Time) error {
 	r.State, r.NextAttempt, r.leaseSetFirstSent = Pending, next, false
-	return q.commit(InFlight, r)
+	return q.commit(InFlight, r, nil)
 }
 
 // settleLeased settles a record that is in flight.
 func (q *Queue) settleLeased(r *Record, s State, o idem.Outcome, reason string, res *Response) error {
+	return q.settle(r, InFlight, s, o, reason, res)
+}
+
+// settle settles r, stored in state old.
+func (q *Queue) settle(r *Record, old, s State, o idem.Outcome, reason string, res *Response) error {
 	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.opts.now()
 	r.leaseSetFirstSent = false
-	if err := q.commit(InFlight, r); err != nil {
+	if err := q.commit(old, r, nil); err != nil {
 		return err
 	}
 	q.settled(r)
 	return nil
 }
 
-// settle settles a pending record without an attempt.
-func (q *Queue) settle(r *Record, oldLen int, s State, o idem.Outcome, reason string, res *Response) error {
-	old := r.State
-	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.opts.now()
+// errMovedOn is returned by commit when the stored record is no longer in
+// the state its writer read, as after an operator's Discard.
+var errMovedOn = errors.New("queue: record changed meanwhile")
+
+// commit stores r over its stored self, which must still be in state old,
+// runs also in the same transaction, and updates the index.
+func (q *Queue) commit(old State, r *Record, also func(buckets) error) error {
+	var oldSize, newSize int
 	err := q.guard(func() error {
 		return q.write(func(tx *bolt.Tx) error {
 			b, err := open(tx)
 			if err != nil {
 				return err
 			}
-			return b.update(old, oldLen, r)
-		})
-	})
-	if err != nil {
-		return err
-	}
-	q.settled(r)
-	return nil
-}
-
-// commit stores r, which was in state old, reading its stored size afresh.
-func (q *Queue) commit(old State, r *Record) error {
-	return q.guard(func() error {
-		return q.write(func(tx *bolt.Tx) error {
-			b, err := open(tx)
+			var ok bool
+			oldSize, newSize, ok, err = b.replace(r, old)
 			if err != nil {
 				return err
 			}
-			return b.update(old, len(b.records.Get(idKey(r.ID))), r)
+			if !ok {
+				return fmt.Errorf("%w: record %d", errMovedOn, r.ID)
+			}
+			if also != nil {
+				return also(b)
+			}
+			return nil
 		})
 	})
+	if errors.Is(err, errMovedOn) {
+		q.forget(r.Intent.Lane(), r.ID)
+	}
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	q.idx.moved(r, old, oldSize, newSize)
+	q.mu.Unlock()
+	return nil
 }
 
-// settled tells the lane, the waiters and Notify that r settled.
+// settled tells the waiters and Notify that r settled.
 func (q *Queue) settled(r *Record) {
 	q.mu.Lock()
-	if l := q.lanes[r.Intent.Lane()]; l != nil {
-		l.count--
-	}
 	ws := q.waiters[r.ID]
 	delete(q.waiters, r.ID)
 	q.mu.Unlock()

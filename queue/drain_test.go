@@ -187,6 +187,10 @@ func TestDrainOfflineThenWake(t *testing.T) {
 	}
 	run(t, q)
 	require.Eventually(t, func() bool { return ev.count(EventOffline) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { // attempts begun before the drainer went offline end
+		c, err := q.Counts()
+		return err == nil && c[InFlight] == 0
+	}, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // the drainer keeps polling; offline, it must not send
 	attempts := 0
 	for _, id := range ids {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -24,7 +23,10 @@ import (
 // intent whose key is queued already returns the existing record's ID when it
 // is the same operation (method, URL and body), so a producer that crashed
 // before learning the result can simply enqueue again; another operation
-// under that key gives ErrKeyInUse.
+// under that key gives ErrKeyInUse. This holds for keys given with
+// idem.WithKey: a generated key is new by construction, so two Enqueue calls
+// with one generated-key Intent queue it twice (the server still applies it
+// once).
 func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	if in == nil {
 		return 0, fmt.Errorf("%w: nil intent", idem.ErrInvalidIntent)
@@ -46,11 +48,17 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	if id, err := q.queued(in); err != nil || id != 0 {
 		return id, err // a producer enqueuing again after a crash: no write needed
 	}
-	var id ID
-	var existed bool
+	if err := q.reserve(len(data)); err != nil {
+		return 0, err
+	}
+	var (
+		id      ID
+		size    int
+		existed bool
+	)
 	err = q.guard(func() error {
 		return q.write(func(tx *bolt.Tx) error {
-			id, existed = 0, false
+			id, size, existed = 0, 0, false
 			b, err := open(tx)
 			if err != nil {
 				return err
@@ -59,31 +67,54 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 				id, existed = prior, prior != 0
 				return err
 			}
-			if err := q.checkRoom(b, len(data)); err != nil {
-				return err
-			}
 			seq, err := b.records.NextSequence()
 			if err != nil {
 				return err
 			}
 			r.ID = ID(seq)
 			id = r.ID
-			_, err = b.insert(r)
+			size, err = b.insert(r)
 			return err
 		})
 	})
+	q.mu.Lock()
+	q.idx.reservedItems--
+	q.idx.reservedBytes -= int64(len(data))
+	if err == nil && !existed {
+		l := q.idx.added(id, in.Lane(), size)
+		if len(l.ids) == 1 && !l.busy && l.held == "" {
+			l.nextAt = now
+			q.ready.push(l)
+		}
+	}
+	q.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}
-	if !existed {
-		q.added(in.Lane(), now)
-	}
+	q.poke()
 	return id, nil
+}
+
+// reserve promises room for one record of size bytes, or says why there is
+// none. The caller gives it back once its commit is done.
+func (q *Queue) reserve(size int) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	x := &q.idx
+	if items := x.unsettled() + x.reservedItems; items+1 > q.opts.MaxItems {
+		return fmt.Errorf("%w: %d unsettled records, limit %d", ErrQueueFull, items, q.opts.MaxItems)
+	}
+	if used := x.active + x.reservedBytes; used+int64(size) > q.opts.MaxBytes {
+		return fmt.Errorf("%w: %d bytes used, %d more would pass the limit of %d", ErrQueueFull, used, size, q.opts.MaxBytes)
+	}
+	x.reservedItems++
+	x.reservedBytes += int64(size)
+	return nil
 }
 
 // queued looks in's key up without a write transaction.
 func (q *Queue) queued(in *idem.Intent) (ID, error) {
-	if !in.HasKey() {
+	if !in.KeySupplied() {
 		return 0, nil
 	}
 	var id ID
@@ -103,7 +134,7 @@ func (q *Queue) queued(in *idem.Intent) (ID, error) {
 // sameKey returns the ID of the record holding in's key, if it holds the
 // same operation; ErrKeyInUse if another.
 func (q *Queue) sameKey(b buckets, in *idem.Intent) (ID, error) {
-	if !in.HasKey() {
+	if !in.KeySupplied() {
 		return 0, nil
 	}
 	v := b.keys.Get([]byte(in.Key()))
@@ -127,35 +158,6 @@ func getID(v []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(v)
-}
-
-// checkRoom refuses a record of size bytes past the limits.
-func (q *Queue) checkRoom(b buckets, size int) error {
-	items := getUint(b.meta, metaCount(Pending)) + getUint(b.meta, metaCount(InFlight))
-	if items+1 > uint64(q.opts.MaxItems) {
-		return fmt.Errorf("%w: %d unsettled records, limit %d", ErrQueueFull, items, q.opts.MaxItems)
-	}
-	if used := getUint(b.meta, metaBytes); used+uint64(size) > uint64(q.opts.MaxBytes) {
-		return fmt.Errorf("%w: %d bytes used, %d more would pass the limit of %d", ErrQueueFull, used, size, q.opts.MaxBytes)
-	}
-	return nil
-}
-
-// added records a new record in lane for the drainer.
-func (q *Queue) added(name string, now time.Time) {
-	q.mu.Lock()
-	l := q.lanes[name]
-	if l == nil {
-		l = &lane{name: name, index: -1, nextAt: now}
-		q.lanes[name] = l
-	}
-	l.count++
-	if l.count == 1 && !l.busy && l.held == "" {
-		l.nextAt = now
-		q.ready.push(l)
-	}
-	q.mu.Unlock()
-	q.poke()
 }
 
 // guard runs fn unless the queue is closed, and keeps Close waiting until fn

@@ -2,17 +2,44 @@ package queue
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 )
 
 // lane is the in-memory state of one lane; Queue.mu guards it.
 type lane struct {
 	name   string
-	count  int       // unsettled records
+	ids    []ID      // its unsettled records, in ID (delivery) order
 	nextAt time.Time // when its head is due
 	busy   bool      // a worker holds it
 	held   string    // why it is held (401); "" when not
 	index  int       // in Queue.ready; -1 when not there
+}
+
+// add inserts id in order; concurrent enqueues may commit out of order.
+func (l *lane) add(id ID) {
+	i, found := slices.BinarySearch(l.ids, id)
+	if !found {
+		l.ids = slices.Insert(l.ids, i, id)
+	}
+}
+
+// drop removes id.
+func (l *lane) drop(id ID) {
+	if i, found := slices.BinarySearch(l.ids, id); found {
+		l.ids = slices.Delete(l.ids, i, i+1)
+	}
+	if len(l.ids) == 0 {
+		l.ids = nil // let a long lane's array go
+	}
+}
+
+// head returns the lane's first record.
+func (l *lane) head() (ID, bool) {
+	if len(l.ids) == 0 {
+		return 0, false
+	}
+	return l.ids[0], true
 }
 
 // laneHeap orders idle, unheld lanes by when their head is due.

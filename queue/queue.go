@@ -169,7 +169,7 @@ type Queue struct {
 	life sync.RWMutex
 
 	mu       sync.Mutex // guards the fields below
-	lanes    map[string]*lane
+	idx      index
 	ready    laneHeap
 	waiters  map[ID][]chan *Record
 	hwm      time.Time // the latest wall time seen, persisted at each lease
@@ -206,7 +206,6 @@ func Open(path string, opts Options) (*Queue, error) {
 			retention: o.Retention, margin: o.Margin, maxAge: o.MaxAge,
 			attemptTimeout: o.AttemptTimeout, clockTolerance: o.ClockTolerance,
 		},
-		lanes:   map[string]*lane{},
 		waiters: map[ID][]chan *Record{},
 		kick:    make(chan struct{}, 1),
 	}

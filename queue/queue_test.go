@@ -213,7 +213,7 @@ func TestEnqueueConcurrent(t *testing.T) {
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Equal(t, producers*each, c[Pending])
-	assert.Len(t, q.lanes, producers)
+	assert.Len(t, q.idx.lanes, producers)
 }
 
 func TestListPaging(t *testing.T) {
@@ -264,7 +264,7 @@ func TestGetDiscard(t *testing.T) {
 	_, err = q.Get(id)
 	assert.ErrorIs(t, err, ErrNotFound)
 	assert.ErrorIs(t, q.Discard(id), ErrNotFound)
-	assert.Empty(t, q.lanes, "an empty lane is forgotten")
+	assert.Empty(t, q.idx.lanes, "an empty lane is forgotten")
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Zero(t, c[Pending])
@@ -284,9 +284,9 @@ func TestDiscardInFlight(t *testing.T) {
 	q, _ := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
 	require.NoError(t, err)
-	r, data, err := q.head("")
+	r, err := q.head("")
 	require.NoError(t, err)
-	require.NoError(t, q.lease(r, len(data), time.Now()))
+	require.NoError(t, q.lease(r, time.Now()))
 	assert.ErrorIs(t, q.Discard(id), ErrInFlight)
 }
 
@@ -311,10 +311,10 @@ func TestRecoverInFlight(t *testing.T) {
 	q, path := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
 	require.NoError(t, err)
-	r, data, err := q.head("")
+	r, err := q.head("")
 	require.NoError(t, err)
 	leased := time.Now()
-	require.NoError(t, q.lease(r, len(data), leased))
+	require.NoError(t, q.lease(r, leased))
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Equal(t, 1, c[InFlight])
@@ -347,8 +347,7 @@ func TestSweepSettled(t *testing.T) {
 	for i, id := range ids[:2] {
 		r, err := q.Get(id)
 		require.NoError(t, err)
-		data, _ := r.encode()
-		require.NoError(t, q.settle(r, len(data), Failed, idem.NotApplied, "test", nil))
+		require.NoError(t, q.settle(r, Pending, Failed, idem.NotApplied, "test", nil))
 		if i == 0 {
 			clk.Add(time.Hour)
 		}
@@ -458,8 +457,7 @@ func TestWaitAndOldest(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	r, err := q.Get(id)
 	require.NoError(t, err)
-	data, _ := r.encode()
-	require.NoError(t, q.settle(r, len(data), Expired, idem.NotApplied, "test", nil))
+	require.NoError(t, q.settle(r, Pending, Expired, idem.NotApplied, "test", nil))
 	select {
 	case r := <-got:
 		assert.Equal(t, Expired, r.State)
@@ -484,8 +482,7 @@ func TestResubmit(t *testing.T) {
 
 	r, err := q.Get(id)
 	require.NoError(t, err)
-	data, _ := r.encode()
-	require.NoError(t, q.settle(r, len(data), Expired, idem.Unknown, "past the horizon", nil))
+	require.NoError(t, q.settle(r, Pending, Expired, idem.Unknown, "past the horizon", nil))
 	newID, err := q.Resubmit(ctx, id)
 	require.NoError(t, err)
 	fresh, err := q.Get(newID)

@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -66,20 +68,16 @@ func (q *Queue) List(s State, after ID, limit int) ([]*Record, error) {
 
 // Counts returns how many records are in each state.
 func (q *Queue) Counts() (map[State]int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, ErrClosed
+	}
 	out := make(map[State]int, 5)
-	err := q.guard(func() error {
-		return q.db.View(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			for _, s := range states() {
-				out[s] = int(getUint(b.meta, metaCount(s)))
-			}
-			return nil
-		})
-	})
-	return out, err
+	for _, s := range states() {
+		out[s] = q.idx.counts[s]
+	}
+	return out, nil
 }
 
 // Wait returns record id once it is settled (done, failed or expired), or
@@ -135,15 +133,17 @@ func (q *Queue) unwait(id ID, ch chan *Record) {
 // ErrInFlight. Discarding a pending record that was sent before leaves its
 // outcome unknown: that is the operator's to reconcile.
 func (q *Queue) Discard(id ID) error {
-	var lane string
-	var wasActive bool
+	var (
+		r    *Record
+		size int
+	)
 	err := q.guard(func() error {
 		return q.write(func(tx *bolt.Tx) error {
 			b, err := open(tx)
 			if err != nil {
 				return err
 			}
-			r, data, err := b.get(id)
+			r, size, err = b.get(id)
 			if err != nil {
 				return err
 			}
@@ -153,29 +153,20 @@ func (q *Queue) Discard(id ID) error {
 			if r.State == InFlight {
 				return fmt.Errorf("%w: %d", ErrInFlight, id)
 			}
-			lane, wasActive = r.Intent.Lane(), !r.State.Settled()
-			return b.remove(r, len(data))
+			return b.remove(r)
 		})
 	})
-	if err == nil && wasActive {
-		q.removed(lane)
+	if err != nil {
+		return err
 	}
-	return err
-}
-
-// removed records that an unsettled record left lane.
-func (q *Queue) removed(name string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.lanes[name]
-	if l == nil {
-		return
-	}
-	l.count--
-	if l.count <= 0 && !l.busy {
+	q.idx.removed(r, size)
+	if l := q.idx.lanes[r.Intent.Lane()]; l != nil && len(l.ids) == 0 && !l.busy {
 		q.ready.remove(l)
-		delete(q.lanes, name)
+		delete(q.idx.lanes, l.name)
 	}
+	return nil
 }
 
 // Resubmit queues an expired or failed record again as a new intent with a
@@ -215,12 +206,13 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 			if err != nil {
 				return err
 			}
-			r, data, err := b.get(id)
+			r, _, err := b.get(id)
 			if err != nil || r == nil {
 				return err // discarded meanwhile: the new record stands alone
 			}
 			r.ResubmittedAs = newID
-			return b.update(r.State, len(data), r)
+			_, _, _, err = b.replace(r, r.State)
+			return err
 		})
 	})
 	return newID, err
@@ -229,47 +221,24 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 // OldestPending returns how long the oldest unsettled record has waited
 // since it was enqueued; 0 for an empty queue.
 func (q *Queue) OldestPending() (time.Duration, error) {
-	var oldest time.Time
-	err := q.guard(func() error {
-		return q.db.View(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			// IDs grow with enqueue order, so the smallest active ID is the
-			// oldest; lanes interleave, so look at each lane's head.
-			c := b.active.Cursor()
-			for k, _ := c.First(); k != nil; {
-				name, _, err := splitActiveKey(k)
-				if err != nil {
-					return err
-				}
-				r, _, err := b.head(name)
-				if err != nil {
-					return err
-				}
-				if r != nil && (oldest.IsZero() || r.EnqueuedAt.Before(oldest)) {
-					oldest = r.EnqueuedAt
-				}
-				k, _ = c.Seek(nextPrefix(laneKey(name)))
-			}
-			return nil
-		})
-	})
-	if err != nil || oldest.IsZero() {
-		return 0, err
-	}
-	return q.opts.now().Sub(oldest), nil
-}
-
-// nextPrefix returns the smallest key after every key starting with p.
-func nextPrefix(p []byte) []byte {
-	out := append([]byte(nil), p...)
-	for i := len(out) - 1; i >= 0; i-- {
-		if out[i] < 0xff {
-			out[i]++
-			return out[:i+1]
+	q.mu.Lock()
+	heads := make([]ID, 0, len(q.idx.lanes))
+	for _, l := range q.idx.lanes {
+		if id, ok := l.head(); ok {
+			heads = append(heads, id)
 		}
 	}
-	return nil
+	q.mu.Unlock()
+	if len(heads) == 0 {
+		return 0, nil
+	}
+	// IDs grow in enqueue order: the oldest record is the smallest head.
+	r, err := q.Get(slices.Min(heads))
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil // settled meanwhile
+	}
+	if err != nil {
+		return 0, err
+	}
+	return max(q.opts.now().Sub(r.EnqueuedAt), 0), nil
 }

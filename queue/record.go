@@ -129,9 +129,15 @@ const recordVersion = 1
 // recordMagic starts every encoded record.
 const recordMagic = "iq"
 
-// stateOffset is where the state byte sits in an encoded record, so that a
-// scan can filter by state without decoding.
-const stateOffset = len(recordMagic) + 1
+// An encoded record starts with what Open's scan and List need, at fixed
+// offsets, so that they read it without decoding the rest: the state byte,
+// SettledAt (8 bytes, big-endian nanoseconds, 0 if unsettled), then the lane
+// (length-prefixed).
+const (
+	stateOffset   = len(recordMagic) + 1
+	settledOffset = stateOffset + 1
+	laneOffset    = settledOffset + 8
+)
 
 const (
 	flagAmbiguous = 1 << iota
@@ -166,11 +172,13 @@ func (r *Record) encode() ([]byte, error) {
 	b := make([]byte, 0, 96+len(r.LastError)+len(r.Reason)+len(r.intentBytes)+resultSize(r.Result))
 	b = append(b, recordMagic...)
 	b = append(b, recordVersion, byte(r.State))
+	b = binary.BigEndian.AppendUint64(b, uint64(nanos(r.SettledAt)))
+	b = appendBytes(b, []byte(r.Intent.Lane()))
 	b = binary.AppendUvarint(b, uint64(r.ID))
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(r.Outcome))
 	b = binary.AppendUvarint(b, uint64(r.Attempts))
-	for _, t := range [...]time.Time{r.NextAttempt, r.FirstSentAt, r.EnqueuedAt, r.SettledAt, r.LastAttemptAt} {
+	for _, t := range [...]time.Time{r.NextAttempt, r.FirstSentAt, r.EnqueuedAt, r.LastAttemptAt} {
 		b = binary.AppendVarint(b, nanos(t))
 	}
 	b = binary.AppendUvarint(b, uint64(r.LastClass))
@@ -212,7 +220,7 @@ var errCorrupt = errors.New("damaged record")
 // decodeRecord parses the binary form of a record. It refuses unknown
 // versions, damaged data and invalid intents; it never panics.
 func decodeRecord(data []byte) (*Record, error) {
-	if len(data) < stateOffset+1+4 || string(data[:len(recordMagic)]) != recordMagic {
+	if len(data) < laneOffset+1+4 || string(data[:len(recordMagic)]) != recordMagic {
 		return nil, fmt.Errorf("%w: not a queue record", errCorrupt)
 	}
 	if v := data[len(recordMagic)]; v != recordVersion {
@@ -226,12 +234,14 @@ func decodeRecord(data []byte) (*Record, error) {
 	if !validState(r.State) {
 		return nil, fmt.Errorf("%w: unknown state %d", errCorrupt, r.State)
 	}
-	d := reader{b: body[stateOffset+1:]}
+	r.SettledAt = fromNanos(int64(binary.BigEndian.Uint64(data[settledOffset:])))
+	d := reader{b: body[laneOffset:]}
+	lane := string(d.bytes())
 	r.ID = ID(d.uvarint())
 	flags := d.uvarint()
 	r.Outcome = idem.Outcome(d.uvarint())
 	r.Attempts = int(d.uvarint())
-	r.NextAttempt, r.FirstSentAt, r.EnqueuedAt, r.SettledAt, r.LastAttemptAt = d.time(), d.time(), d.time(), d.time(), d.time()
+	r.NextAttempt, r.FirstSentAt, r.EnqueuedAt, r.LastAttemptAt = d.time(), d.time(), d.time(), d.time()
 	r.LastClass = idem.Class(d.uvarint())
 	r.LastStatus = int(d.uvarint())
 	r.LastError, r.Reason = string(d.bytes()), string(d.bytes())
@@ -259,8 +269,33 @@ func decodeRecord(data []byte) (*Record, error) {
 	if err := in.UnmarshalBinary(r.intentBytes); err != nil {
 		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
+	if in.Lane() != lane {
+		return nil, fmt.Errorf("%w: lane %q in the header, %q in the intent", errCorrupt, lane, in.Lane())
+	}
+	if r.State.Settled() == r.SettledAt.IsZero() {
+		return nil, fmt.Errorf("%w: state %s with settled time %v", errCorrupt, r.State, r.SettledAt)
+	}
 	r.Intent = in
 	return r, nil
+}
+
+// peek reads the fixed header of an encoded record: its state, the
+// nanoseconds of SettledAt, and its lane. It does not check the checksum;
+// decodeRecord does, when the record is read.
+func peek(data []byte) (State, int64, string, error) {
+	if len(data) < laneOffset+1 || string(data[:len(recordMagic)]) != recordMagic || data[len(recordMagic)] != recordVersion {
+		return 0, 0, "", fmt.Errorf("%w: not a queue record of version %d", errCorrupt, recordVersion)
+	}
+	s := State(data[stateOffset])
+	if !validState(s) {
+		return 0, 0, "", fmt.Errorf("%w: unknown state %d", errCorrupt, s)
+	}
+	d := reader{b: data[laneOffset:]}
+	lane := d.bytes()
+	if d.err != nil {
+		return 0, 0, "", fmt.Errorf("%w: %v", errCorrupt, d.err)
+	}
+	return s, int64(binary.BigEndian.Uint64(data[settledOffset:])), string(lane), nil
 }
 
 func validState(s State) bool { return s >= Pending && s <= Expired }

@@ -4,70 +4,39 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// The file's layout. Every change to a record updates its indexes and the
-// counters in the same transaction.
+// The file's layout is three buckets. An enqueue writes one record (and a
+// supplied key), an attempt rewrites it twice: every extra page a commit
+// dirties lengthens its fsync, so indexes live in memory, rebuilt by one scan
+// at Open (see index).
 var (
 	// bucketRecords maps ID (8 bytes, big-endian) to the encoded record.
 	bucketRecords = []byte("records")
-	// bucketActive maps laneKey(lane)+ID to the state byte of every
-	// pending or in-flight record: a lane's head is its first key.
-	bucketActive = []byte("active")
-	// bucketSettled maps SettledAt (8 bytes) + ID to nothing, in the
-	// order retention removes them.
-	bucketSettled = []byte("settled")
-	// bucketKeys maps an idempotency key to its record's ID.
+	// bucketKeys maps a supplied idempotency key to its record's ID. A
+	// generated key is new by construction and needs no entry.
 	bucketKeys = []byte("keys")
-	// bucketMeta holds the schema version, the clock's high-water mark and
-	// the counters.
+	// bucketMeta holds the layout version and the clock's high-water mark.
 	bucketMeta = []byte("meta")
 )
 
 var (
 	metaSchema = []byte("schema")
 	metaHWM    = []byte("hwm")
-	metaBytes  = []byte("bytes") // encoded size of unsettled records
 )
 
 // schemaVersion is the layout version; Open refuses others.
 const schemaVersion = 1
 
-func metaCount(s State) []byte { return []byte{'n', byte(s)} }
-
 func idKey(id ID) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(id)) }
-
-// laneKey is the prefix of a lane's keys in bucketActive: its length, then
-// its bytes, so that no lane's prefix is another's.
-func laneKey(lane string) []byte {
-	b := binary.AppendUvarint(make([]byte, 0, len(lane)+10), uint64(len(lane)))
-	return append(b, lane...)
-}
-
-func activeKey(lane string, id ID) []byte {
-	return binary.BigEndian.AppendUint64(laneKey(lane), uint64(id))
-}
-
-// splitActiveKey returns the lane and ID of a bucketActive key.
-func splitActiveKey(k []byte) (string, ID, error) {
-	n, w := binary.Uvarint(k)
-	if w <= 0 || uint64(len(k)-w) != n+8 {
-		return "", 0, fmt.Errorf("%w: bad index key %x", ErrDamaged, k)
-	}
-	return string(k[w : w+int(n)]), ID(binary.BigEndian.Uint64(k[w+int(n):])), nil
-}
-
-func settledKey(at time.Time, id ID) []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(nanos(at)))
-	return binary.BigEndian.AppendUint64(b, uint64(id))
-}
 
 // buckets are the open buckets of one transaction.
 type buckets struct {
-	records, active, settled, keys, meta *bolt.Bucket
+	records, keys, meta *bolt.Bucket
 }
 
 // open returns the buckets of tx, creating them in a write transaction.
@@ -76,7 +45,7 @@ func open(tx *bolt.Tx) (buckets, error) {
 	ptrs := [...]struct {
 		dst  **bolt.Bucket
 		name []byte
-	}{{&b.records, bucketRecords}, {&b.active, bucketActive}, {&b.settled, bucketSettled}, {&b.keys, bucketKeys}, {&b.meta, bucketMeta}}
+	}{{&b.records, bucketRecords}, {&b.keys, bucketKeys}, {&b.meta, bucketMeta}}
 	for _, p := range ptrs {
 		if tx.Writable() {
 			bk, err := tx.CreateBucketIfNotExists(p.name)
@@ -105,155 +74,187 @@ func putUint(bk *bolt.Bucket, k []byte, v uint64) error {
 	return bk.Put(k, binary.BigEndian.AppendUint64(make([]byte, 0, 8), v))
 }
 
-func addUint(bk *bolt.Bucket, k []byte, delta int64) error {
-	v := int64(getUint(bk, k)) + delta
-	if v < 0 {
-		v = 0
-	}
-	return putUint(bk, k, uint64(v))
-}
-
-// get reads and decodes record id; nil when there is none.
-func (b buckets) get(id ID) (*Record, []byte, error) {
+// get reads and decodes record id; nil when there is none. It also returns
+// the record's stored size.
+func (b buckets) get(id ID) (*Record, int, error) {
 	data := b.records.Get(idKey(id))
 	if data == nil {
-		return nil, nil, nil
+		return nil, 0, nil
 	}
 	r, err := decodeRecord(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: record %d: %v", ErrDamaged, id, err)
+		return nil, 0, fmt.Errorf("%w: record %d: %v", ErrDamaged, id, err)
 	}
 	if r.ID != id {
-		return nil, nil, fmt.Errorf("%w: record %d holds ID %d", ErrDamaged, id, r.ID)
+		return nil, 0, fmt.Errorf("%w: record %d holds ID %d", ErrDamaged, id, r.ID)
 	}
-	return r, data, nil
+	return r, len(data), nil
 }
 
-// insert stores a new record and indexes it.
+// put stores r and returns its size.
+func (b buckets) put(r *Record) (int, error) {
+	data, err := r.encode()
+	if err != nil {
+		return 0, err
+	}
+	return len(data), b.records.Put(idKey(r.ID), data)
+}
+
+// insert stores a new record, and its key if supplied.
 func (b buckets) insert(r *Record) (int, error) {
-	data, err := r.encode()
+	n, err := b.put(r)
 	if err != nil {
 		return 0, err
 	}
-	if err := b.records.Put(idKey(r.ID), data); err != nil {
-		return 0, err
+	if r.Intent.KeySupplied() {
+		err = b.keys.Put([]byte(r.Intent.Key()), idKey(r.ID))
 	}
-	if err := b.active.Put(activeKey(r.Intent.Lane(), r.ID), []byte{byte(r.State)}); err != nil {
-		return 0, err
-	}
-	if k := r.Intent.Key(); k != "" {
-		if err := b.keys.Put([]byte(k), idKey(r.ID)); err != nil {
-			return 0, err
-		}
-	}
-	if err := addUint(b.meta, metaCount(r.State), 1); err != nil {
-		return 0, err
-	}
-	return len(data), addUint(b.meta, metaBytes, int64(len(data)))
+	return n, err
 }
 
-// update stores r, which was old (as stored, oldLen bytes), and moves it
-// between the indexes as its state requires.
-func (b buckets) update(old State, oldLen int, r *Record) error {
-	data, err := r.encode()
-	if err != nil {
+// replace stores r over its stored self only if that is still in state
+// want: a record discarded or settled meanwhile is not brought back. It
+// returns the old and new sizes; ok is false when the record moved on.
+func (b buckets) replace(r *Record, want State) (oldSize, newSize int, ok bool, err error) {
+	cur := b.records.Get(idKey(r.ID))
+	if cur == nil || len(cur) <= stateOffset || State(cur[stateOffset]) != want {
+		return 0, 0, false, nil
+	}
+	oldSize = len(cur)
+	newSize, err = b.put(r)
+	return oldSize, newSize, err == nil, err
+}
+
+// remove deletes r and its key.
+func (b buckets) remove(r *Record) error {
+	if err := b.records.Delete(idKey(r.ID)); err != nil {
 		return err
 	}
-	if err := b.records.Put(idKey(r.ID), data); err != nil {
-		return err
-	}
-	ak := activeKey(r.Intent.Lane(), r.ID)
-	switch {
-	case r.State.Settled() && !old.Settled():
-		if err := b.active.Delete(ak); err != nil {
-			return err
+	if k := r.Intent.Key(); r.Intent.KeySupplied() {
+		if v := b.keys.Get([]byte(k)); bytes.Equal(v, idKey(r.ID)) {
+			return b.keys.Delete([]byte(k))
 		}
-		if err := b.settled.Put(settledKey(r.SettledAt, r.ID), nil); err != nil {
-			return err
-		}
-		if err := addUint(b.meta, metaBytes, -int64(oldLen)); err != nil {
-			return err
-		}
-	case !r.State.Settled():
-		if err := b.active.Put(ak, []byte{byte(r.State)}); err != nil {
-			return err
-		}
-		if err := addUint(b.meta, metaBytes, int64(len(data)-oldLen)); err != nil {
-			return err
-		}
-	}
-	if old != r.State {
-		if err := addUint(b.meta, metaCount(old), -1); err != nil {
-			return err
-		}
-		return addUint(b.meta, metaCount(r.State), 1)
 	}
 	return nil
 }
 
-// remove deletes r, stored as dataLen bytes, and its index entries.
-func (b buckets) remove(r *Record, dataLen int) error {
-	if err := b.records.Delete(idKey(r.ID)); err != nil {
-		return err
+// index is what the queue knows of its file in memory: counts, sizes and
+// orders that would cost a page per commit on disk. Open builds it by one
+// scan; every commit updates it after it succeeds. Queue.mu guards it.
+type index struct {
+	counts  [Expired + 1]int
+	active  int64 // encoded bytes of unsettled records
+	lanes   map[string]*lane
+	settled []settledEntry // by settle time, for removal after KeepSettled
+	// reserved holds room promised to enqueues whose commit is under way.
+	reservedItems int
+	reservedBytes int64
+}
+
+type settledEntry struct {
+	at int64 // SettledAt, in nanoseconds
+	id ID
+}
+
+func (x *index) unsettled() int { return x.counts[Pending] + x.counts[InFlight] }
+
+// lane returns the lane called name, creating it.
+func (x *index) lane(name string) *lane {
+	l := x.lanes[name]
+	if l == nil {
+		l = &lane{name: name, index: -1}
+		x.lanes[name] = l
 	}
+	return l
+}
+
+// added notes a new pending record.
+func (x *index) added(id ID, lane string, size int) *lane {
+	x.counts[Pending]++
+	x.active += int64(size)
+	l := x.lane(lane)
+	l.add(id)
+	return l
+}
+
+// moved notes that record r went from state old (oldSize bytes) to its
+// current state (newSize bytes).
+func (x *index) moved(r *Record, old State, oldSize, newSize int) {
+	x.counts[old]--
+	x.counts[r.State]++
+	switch {
+	case r.State.Settled() && !old.Settled():
+		x.active -= int64(oldSize)
+		if l := x.lanes[r.Intent.Lane()]; l != nil {
+			l.drop(r.ID)
+		}
+		x.addSettled(settledEntry{nanos(r.SettledAt), r.ID})
+	case !r.State.Settled():
+		x.active += int64(newSize - oldSize)
+	}
+}
+
+// removed notes that record r (size bytes) was deleted.
+func (x *index) removed(r *Record, size int) {
+	x.counts[r.State]--
 	if r.State.Settled() {
-		if err := b.settled.Delete(settledKey(r.SettledAt, r.ID)); err != nil {
-			return err
+		e := settledEntry{nanos(r.SettledAt), r.ID}
+		if i, ok := slices.BinarySearchFunc(x.settled, e, cmpSettled); ok {
+			x.settled = slices.Delete(x.settled, i, i+1)
 		}
-	} else {
-		if err := b.active.Delete(activeKey(r.Intent.Lane(), r.ID)); err != nil {
-			return err
-		}
-		if err := addUint(b.meta, metaBytes, -int64(dataLen)); err != nil {
-			return err
-		}
+		return
 	}
-	if k := r.Intent.Key(); k != "" {
-		if v := b.keys.Get([]byte(k)); bytes.Equal(v, idKey(r.ID)) {
-			if err := b.keys.Delete([]byte(k)); err != nil {
-				return err
-			}
-		}
+	x.active -= int64(size)
+	if l := x.lanes[r.Intent.Lane()]; l != nil {
+		l.drop(r.ID)
 	}
-	return addUint(b.meta, metaCount(r.State), -1)
 }
 
-// head returns the first record of lane, or nil when the lane is empty.
-func (b buckets) head(lane string) (*Record, []byte, error) {
-	prefix := laneKey(lane)
-	k, _ := b.active.Cursor().Seek(prefix)
-	if k == nil || !bytes.HasPrefix(k, prefix) {
-		return nil, nil, nil
-	}
-	_, id, err := splitActiveKey(k)
-	if err != nil {
-		return nil, nil, err
-	}
-	r, data, err := b.get(id)
-	if err == nil && r == nil {
-		err = fmt.Errorf("%w: index names record %d, which is missing", ErrDamaged, id)
-	}
-	return r, data, err
+func (x *index) addSettled(e settledEntry) {
+	i, _ := slices.BinarySearchFunc(x.settled, e, cmpSettled)
+	x.settled = slices.Insert(x.settled, i, e)
 }
 
-// recover prepares a freshly opened file: it checks the schema, returns
-// records left in flight to pending, loads the lanes and the clock's
-// high-water mark, and removes settled records past their retention. A panic
-// inside bbolt, which a damaged page can cause, becomes ErrDamaged; the
-// transaction then never commits, so the file is left as it was.
+func cmpSettled(a, b settledEntry) int {
+	if a.at != b.at {
+		return cmpInt(a.at, b.at)
+	}
+	return cmpInt(int64(a.id), int64(b.id))
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// recover prepares a freshly opened file: it checks the layout, rebuilds the
+// index by one scan of the records, returns records left in flight by a crash
+// to pending, and removes settled records past their retention. A panic inside
+// bbolt, which a damaged page can cause, becomes ErrDamaged; the transaction
+// then never commits, so the file is left as it was.
 func (q *Queue) recover() (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %s: %v", ErrDamaged, q.path, p)
 		}
 	}()
+	q.idx = index{lanes: map[string]*lane{}}
 	err = q.db.Update(func(tx *bolt.Tx) error {
+		q.idx = index{lanes: map[string]*lane{}}
 		b, err := open(tx)
 		if err != nil {
 			return err
 		}
 		switch v := getUint(b.meta, metaSchema); v {
 		case 0:
+			if b.records.Stats().KeyN > 0 {
+				return fmt.Errorf("%w: %s has records but no layout version", ErrDamaged, q.path)
+			}
 			if err := putUint(b.meta, metaSchema, schemaVersion); err != nil {
 				return err
 			}
@@ -262,54 +263,71 @@ func (q *Queue) recover() (err error) {
 			return fmt.Errorf("%w: %s has layout version %d, this build reads %d", ErrDamaged, q.path, v, schemaVersion)
 		}
 		q.hwm = fromNanos(int64(getUint(b.meta, metaHWM)))
-		return q.loadLanes(b)
+		return q.scan(b)
 	})
 	if err != nil {
 		return err
 	}
-	_, err = q.sweep(q.opts.now())
-	return err
-}
-
-// loadLanes counts each lane's records and returns in-flight ones to
-// pending.
-func (q *Queue) loadLanes(b buckets) error {
-	var stale []ID
-	c := b.active.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		name, id, err := splitActiveKey(k)
-		if err != nil {
-			return err
-		}
-		if len(v) == 1 && State(v[0]) == InFlight {
-			stale = append(stale, id)
-		}
-		l := q.lanes[name]
-		if l == nil {
-			l = &lane{name: name, index: -1}
-			q.lanes[name] = l
-		}
-		l.count++
-	}
-	for _, id := range stale {
-		r, data, err := b.get(id)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			return fmt.Errorf("%w: index names record %d, which is missing", ErrDamaged, id)
-		}
-		// The attempt may have reached the server and nobody saw its end:
-		// keep FirstSentAt and count it as ambiguous.
-		r.State, r.Ambiguous, r.leaseSetFirstSent = Pending, true, false
-		if err := b.update(InFlight, len(data), r); err != nil {
-			return err
-		}
-	}
 	now := q.opts.now()
-	for _, l := range q.lanes {
+	for _, l := range q.idx.lanes {
 		l.nextAt = now
 		q.ready.push(l)
 	}
+	_, err = q.sweep(now)
+	return err
+}
+
+// scan rebuilds the index from the records and returns in-flight ones to
+// pending: their attempt may have reached the server and nobody saw its end,
+// so they keep FirstSentAt and count as ambiguous.
+func (q *Queue) scan(b buckets) error {
+	var stale []ID
+	c := b.records.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 8 {
+			return fmt.Errorf("%w: bad record key %x", ErrDamaged, k)
+		}
+		id := ID(binary.BigEndian.Uint64(k))
+		s, settledAt, laneName, err := peek(v)
+		if err != nil {
+			return fmt.Errorf("%w: record %d: %v", ErrDamaged, id, err)
+		}
+		q.idx.counts[s]++
+		if s.Settled() {
+			q.idx.settled = append(q.idx.settled, settledEntry{settledAt, id})
+			continue
+		}
+		q.idx.active += int64(len(v))
+		q.idx.lane(laneName).ids = append(q.idx.lane(laneName).ids, id) // the cursor goes in ID order
+		if s == InFlight {
+			stale = append(stale, id)
+		}
+	}
+	slices.SortFunc(q.idx.settled, cmpSettled)
+	for _, id := range stale {
+		r, _, err := b.get(id)
+		if err != nil {
+			return err
+		}
+		r.State, r.Ambiguous, r.leaseSetFirstSent = Pending, true, false
+		oldSize, newSize, _, err := b.replace(r, InFlight)
+		if err != nil {
+			return err
+		}
+		q.idx.moved(r, InFlight, oldSize, newSize)
+	}
 	return nil
 }
+
+// saveHWM persists the clock's high-water mark when it has moved on by a
+// minute or more: a coarse mark is enough against a clock that is wrong by
+// more than ClockTolerance, and it keeps most leases to one page.
+func (q *Queue) saveHWM(b buckets, hwm time.Time) error {
+	if hwm.Sub(fromNanos(int64(getUint(b.meta, metaHWM)))) < min(hwmStep, q.opts.ClockTolerance/2) {
+		return nil
+	}
+	return putUint(b.meta, metaHWM, uint64(nanos(hwm)))
+}
+
+// hwmStep is how far the clock moves before its high-water mark is saved.
+const hwmStep = time.Minute

@@ -1,10 +1,9 @@
 package queue
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -41,43 +40,62 @@ func (q *Queue) guardedSweep(now time.Time) (int, error) {
 // sweep removes settled records that settled KeepSettled or more ago, and
 // returns how many.
 func (q *Queue) sweep(now time.Time) (int, error) {
-	cutoff := binary.BigEndian.AppendUint64(nil, uint64(nanos(now.Add(-q.opts.KeepSettled))))
+	cutoff := nanos(now.Add(-q.opts.KeepSettled))
 	total := 0
 	for {
-		n := 0
+		q.mu.Lock()
+		var due []settledEntry
+		for _, e := range q.idx.settled {
+			if e.at > cutoff || len(due) == sweepBatch {
+				break
+			}
+			due = append(due, e)
+		}
+		q.mu.Unlock()
+		if len(due) == 0 {
+			return total, nil
+		}
+		type gone struct {
+			r    *Record
+			size int
+		}
+		var removed []gone
 		err := q.write(func(tx *bolt.Tx) error {
-			n = 0
+			removed = removed[:0]
 			b, err := open(tx)
 			if err != nil {
 				return err
 			}
-			var ids []ID
-			c := b.settled.Cursor()
-			for k, _ := c.First(); k != nil && len(ids) < sweepBatch && bytes.Compare(k[:8], cutoff) <= 0; k, _ = c.Next() {
-				if len(k) != 16 {
-					return fmt.Errorf("%w: bad settled key %x", ErrDamaged, k)
-				}
-				ids = append(ids, ID(binary.BigEndian.Uint64(k[8:])))
-			}
-			for _, id := range ids {
-				r, data, err := b.get(id)
+			for _, e := range due {
+				r, size, err := b.get(e.id)
 				if err != nil {
 					return err
 				}
-				if r == nil {
+				if r == nil || !r.State.Settled() {
 					continue
 				}
-				if err := b.remove(r, len(data)); err != nil {
+				if err := b.remove(r); err != nil {
 					return err
 				}
-				n++
+				removed = append(removed, gone{r, size})
 			}
 			return nil
 		})
-		total += n
-		if err != nil || n < sweepBatch {
+		if err != nil {
 			return total, err
 		}
+		q.mu.Lock()
+		for _, g := range removed {
+			q.idx.removed(g.r, g.size)
+		}
+		// Entries whose record went another way (discarded) leave too.
+		for _, e := range due {
+			if i, ok := slices.BinarySearchFunc(q.idx.settled, e, cmpSettled); ok {
+				q.idx.settled = slices.Delete(q.idx.settled, i, i+1)
+			}
+		}
+		q.mu.Unlock()
+		total += len(removed)
 	}
 }
 
