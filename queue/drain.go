@@ -212,7 +212,10 @@ func (q *Queue) release(l *lane) {
 func (q *Queue) work(ctx context.Context, l *lane) {
 	now := q.opts.now()
 	next, err := q.workHead(ctx, l.name, now)
-	if err != nil {
+	switch {
+	case errors.Is(err, errMovedOn): // discarded by an operator meanwhile: next head
+		next = now
+	case err != nil:
 		q.notify(Event{Kind: EventError, Err: err})
 		next = now.Add(q.opts.RetryBase)
 	}
@@ -227,6 +230,14 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 	r, err := q.head(name)
 	if err != nil || r == nil {
 		return now, err
+	}
+	if r.State == InFlight {
+		// This lane's last result commit failed: as after a crash, the
+		// attempt's end is unknown.
+		r.State, r.Ambiguous, r.leaseSetFirstSent = Pending, true, false
+		if err := q.commit(InFlight, r, nil); err != nil {
+			return now, err
+		}
 	}
 	if !q.due(r, now) {
 		return r.NextAttempt, nil
