@@ -109,9 +109,7 @@ func (in *Intent) restore(method, url, key, lane string, created, firstSent int6
 	}
 	opts = append(opts, WithLane(lane))
 	for k, vs := range header {
-		for _, v := range vs {
-			opts = append(opts, WithHeader(k, v))
-		}
+		opts = append(opts, withHeaderValues(k, vs))
 	}
 	fresh, err := newIntent(method, url, body, timeFromNano(created), opts)
 	if err != nil {
@@ -156,7 +154,9 @@ type decoder struct {
 	err error
 }
 
-func (d *decoder) uvarint(limit uint64, what string) uint64 {
+// uvarint reads an unsigned integer no greater than limit; a limit of -1
+// means the bytes left after it, for lengths and counts of what follows.
+func (d *decoder) uvarint(limit int64, what string) uint64 {
 	if d.err != nil {
 		return 0
 	}
@@ -165,11 +165,14 @@ func (d *decoder) uvarint(limit uint64, what string) uint64 {
 		d.err = fmt.Errorf("bad %s", what)
 		return 0
 	}
-	if v > limit {
+	d.b = d.b[n:]
+	if limit < 0 {
+		limit = int64(len(d.b))
+	}
+	if v > uint64(limit) {
 		d.err = fmt.Errorf("%s %d over limit %d", what, v, limit)
 		return 0
 	}
-	d.b = d.b[n:]
 	return v
 }
 
@@ -187,7 +190,7 @@ func (d *decoder) varint() int64 {
 }
 
 func (d *decoder) string() string {
-	n := d.uvarint(uint64(len(d.b)), "length")
+	n := d.uvarint(-1, "length")
 	if d.err != nil {
 		return ""
 	}
@@ -199,14 +202,14 @@ func (d *decoder) string() string {
 func (d *decoder) header() http.Header {
 	// Each name and value takes at least one byte, which bounds the counts
 	// by the data left and keeps a hostile count from allocating.
-	names := d.uvarint(uint64(len(d.b)), "header count")
+	names := d.uvarint(-1, "header count")
 	if d.err != nil || names == 0 {
 		return nil
 	}
 	h := make(http.Header, names)
 	for range names {
 		k := d.string()
-		nv := d.uvarint(uint64(len(d.b)), "value count")
+		nv := d.uvarint(-1, "value count")
 		for range nv {
 			h[k] = append(h[k], d.string())
 		}

@@ -91,8 +91,8 @@ func FuzzValidateKey(f *testing.F) {
 		if err != nil {
 			t.Fatalf("NewIntent with valid key %q: %v", key, err)
 		}
-		if in.Key() != key {
-			t.Fatalf("Key() = %q, want %q", in.Key(), key)
+		if in.Key() != key || !in.KeySupplied() {
+			t.Fatalf("Key() = %q, KeySupplied() = %v; want %q, true", in.Key(), in.KeySupplied(), key)
 		}
 		for _, format := range []KeyFormat{KeyPlain, KeySFString} {
 			c := &Client{KeyFormat: format}
@@ -116,8 +116,8 @@ func FuzzValidateKey(f *testing.F) {
 		if err := out.UnmarshalBinary(data); err != nil {
 			t.Fatalf("UnmarshalBinary of an intent with key %q: %v", key, err)
 		}
-		if out.Key() != key {
-			t.Fatalf("key after round trip = %q, want %q", out.Key(), key)
+		if out.Key() != key || !out.KeySupplied() {
+			t.Fatalf("after the round trip Key() = %q, KeySupplied() = %v; want %q, true", out.Key(), out.KeySupplied(), key)
 		}
 	})
 }
@@ -146,6 +146,9 @@ func FuzzIntentUnmarshal(f *testing.F) {
 		data, err := in.MarshalBinary()
 		if err != nil {
 			f.Fatal(err)
+		}
+		if err := new(Intent).UnmarshalBinary(data); err != nil {
+			f.Fatalf("seed %s %s does not decode: %v", in.Method(), in.URL(), err)
 		}
 		f.Add(data)
 		f.Add(data[:len(data)-4]) // the resealed form is the valid one
@@ -195,6 +198,7 @@ func fzCheckUnmarshal(t *testing.T, data []byte) {
 // fzIntentFields is an Intent's state in comparable form.
 type fzIntentFields struct {
 	Method, URL, Key, Lane string
+	KeySupplied            bool
 	CreatedAt, FirstSentAt int64
 	Header                 http.Header
 	Body                   []byte
@@ -202,7 +206,7 @@ type fzIntentFields struct {
 
 func fzFieldsOf(in *Intent) fzIntentFields {
 	return fzIntentFields{
-		Method: in.Method(), URL: in.URL(), Key: in.Key(), Lane: in.Lane(),
+		Method: in.Method(), URL: in.URL(), Key: in.Key(), Lane: in.Lane(), KeySupplied: in.KeySupplied(),
 		CreatedAt: unixNano(in.CreatedAt()), FirstSentAt: unixNano(in.FirstSentAt()),
 		Header: in.Header(), Body: in.Body(),
 	}

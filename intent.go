@@ -1,7 +1,9 @@
 package idem
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -51,12 +53,31 @@ type Intent struct {
 type IntentOption func(*intentConfig) error
 
 type intentConfig struct {
-	key    string
-	hasKey bool
-	noKey  bool
-	header http.Header
-	lane   string
-	now    time.Time
+	key         string
+	hasKey      bool
+	noKey       bool
+	header      http.Header
+	headerBytes int
+	lane        string
+	now         time.Time
+}
+
+// ReadBody reads a body for NewIntent from a stream, up to MaxBodyBytes;
+// a longer stream gives ErrBodyTooLarge rather than a body silently cut. An
+// Intent holds its body as bytes so that every attempt, and every resend from
+// a queue, is byte-identical.
+func ReadBody(r io.Reader) ([]byte, error) {
+	if r == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("idem: reading body: %w", err)
+	}
+	if len(b) > MaxBodyBytes {
+		return nil, fmt.Errorf("%w: the stream holds more than %d bytes", ErrBodyTooLarge, MaxBodyBytes)
+	}
+	return b, nil
 }
 
 // WithKey supplies the idempotency key instead of generating one; use it when
@@ -96,10 +117,50 @@ func WithHeader(name, value string) IntentOption {
 		if err := checkHeader(name, value); err != nil {
 			return err
 		}
+		if err := c.addHeaderBytes(len(name) + len(value) + 4); err != nil {
+			return err
+		}
 		if c.header == nil {
 			c.header = make(http.Header)
 		}
 		c.header.Add(name, value)
+		return nil
+	}
+}
+
+// MaxHeaderBytes bounds the headers an Intent holds, names and values
+// together.
+const MaxHeaderBytes = 64 << 10
+
+// addHeaderBytes counts n more header bytes against MaxHeaderBytes.
+func (c *intentConfig) addHeaderBytes(n int) error {
+	c.headerBytes += n
+	if c.headerBytes > MaxHeaderBytes {
+		return fmt.Errorf("%w: headers take over %d bytes, limit %d", ErrInvalidIntent, c.headerBytes, MaxHeaderBytes)
+	}
+	return nil
+}
+
+// withHeaderValues adds every value of one header, checking the name once:
+// decoding a stored intent must cost time linear in its size.
+func withHeaderValues(name string, values []string) IntentOption {
+	return func(c *intentConfig) error {
+		if err := checkHeader(name, ""); err != nil {
+			return err
+		}
+		for _, v := range values {
+			if err := c.addHeaderBytes(len(name) + len(v) + 4); err != nil {
+				return err
+			}
+			if err := checkValue(name, v); err != nil {
+				return err
+			}
+		}
+		if c.header == nil {
+			c.header = make(http.Header)
+		}
+		canon := http.CanonicalHeaderKey(name)
+		c.header[canon] = append(c.header[canon], values...)
 		return nil
 	}
 }
@@ -302,7 +363,14 @@ func checkURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the raw URL, which may hold a password
+		}
 		return fmt.Errorf("%w: URL: %v", ErrInvalidIntent, err)
+	}
+	if !u.IsAbs() {
+		return fmt.Errorf("%w: URL %q is not absolute: it needs an http or https scheme and a host", ErrInvalidIntent, redactURL(u))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return fmt.Errorf("%w: URL %q: scheme must be http or https", ErrInvalidIntent, redactURL(u))
@@ -331,13 +399,17 @@ func checkHeader(name, value string) error {
 		return fmt.Errorf("%w: header name %q is not a valid token", ErrInvalidIntent, name)
 	}
 	switch canon := http.CanonicalHeaderKey(name); canon {
-	case "Authorization", "Cookie", "Proxy-Authorization":
+	case "Authorization", "Cookie", "Proxy-Authorization", "Set-Cookie", "X-Api-Key", "Api-Key", "X-Auth-Token":
 		return fmt.Errorf("%w: %s: credentials are added per attempt by Client.Authorize, never stored in an intent", ErrSecretHeader, canon)
 	case "Host", "Content-Length", "Transfer-Encoding", "Connection":
 		return fmt.Errorf("%w: header %s is managed by net/http", ErrInvalidIntent, canon)
 	case DefaultKeyHeader, "X-Idempotency-Key":
 		return fmt.Errorf("%w: header %s: use WithKey", ErrInvalidIntent, canon)
 	}
+	return checkValue(name, value)
+}
+
+func checkValue(name, value string) error {
 	for i := 0; i < len(value); i++ {
 		if b := value[i]; (b < ' ' && b != '\t') || b == 0x7f {
 			return fmt.Errorf("%w: header %s: control byte %#02x in value", ErrInvalidIntent, http.CanonicalHeaderKey(name), b)

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -315,5 +316,27 @@ func TestKeySupplied(t *testing.T) {
 		var out Intent
 		require.NoError(t, out.UnmarshalBinary(data))
 		assert.Equal(t, in.KeySupplied(), out.KeySupplied(), "KeySupplied survives encoding")
+	}
+}
+
+// TestUnmarshalHugeHeaders: a stored intent with more header bytes than an
+// Intent may hold is refused, in time linear in its size.
+func TestUnmarshalHugeHeaders(t *testing.T) {
+	in, err := NewIntent("POST", "http://h/", nil)
+	require.NoError(t, err)
+	name := strings.Repeat("n", 200)
+	in.header = http.Header{name: make([]string, 32000)} // crafted past NewIntent's checks
+	many := http.Header{}
+	for i := range 20000 {
+		many[fmt.Sprintf("X-H-%d", i)] = []string{"v"}
+	}
+	for _, h := range []http.Header{in.header, many} {
+		in.header = h
+		data, err := in.MarshalBinary()
+		require.NoError(t, err)
+		var out Intent
+		err = out.UnmarshalBinary(data)
+		assert.ErrorIs(t, err, ErrInvalidIntent)
+		assert.ErrorContains(t, err, "headers take over")
 	}
 }

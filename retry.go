@@ -126,6 +126,11 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if v[0] >= '0' && v[0] <= '9' {
+		for i := 0; i < len(v); i++ {
+			if v[i] < '0' || v[i] > '9' {
+				return 0, false // delay-seconds is 1*DIGIT, nothing else
+			}
+		}
 		const maxSecs = uint64(1<<63-1) / uint64(time.Second)
 		secs, err := strconv.ParseUint(v, 10, 63)
 		if errors.Is(err, strconv.ErrRange) {

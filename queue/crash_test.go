@@ -57,11 +57,11 @@ const (
 )
 
 const (
-	crashIntents  = 600 // intents the child enqueues
-	crashLanes    = 8   // lanes they are spread over, one producer each
-	crashWorkers  = 4   // lanes the child drains at once
-	crashMinKills = 30  // SIGKILLs before the run that may finish
-	crashMaxRuns  = 90  // child runs allowed before the drain must be over
+	crashPerRun   = 40 // intents the producer adds on each start: it keeps producing across restarts
+	crashLanes    = 8  // lanes they are spread over, one producer each
+	crashWorkers  = 4  // lanes the child drains at once
+	crashMinKills = 30 // SIGKILLs before the run that may finish
+	crashMaxRuns  = 90 // child runs allowed before the drain must be over
 
 	crashRunLimit = 45 * time.Second // the longest a child may run
 )
@@ -97,14 +97,15 @@ func TestCrashKillRestart(t *testing.T) {
 
 	// A fixed seed: the kill moments repeat, the interleavings need not.
 	rng := rand.New(rand.NewPCG(20260101, 42))
-	var kills, runs, unsettled int
+	var kills, runs, unsettled, n int
 	phases := map[string]int{}
 	for kills < crashMinKills {
 		require.Less(t, runs, crashMaxRuns, "the child kept finishing before its kill: %d kills in %d runs", kills, runs)
 		runs++
+		n += crashPerRun
 		k := crashSchedule(rng)
-		killed, out := crashRun(t, srv.URL(), path, k)
-		got := crashCheckFile(t, path, runs)
+		killed, out := crashRun(t, srv.URL(), path, n, k)
+		got := crashCheckFile(t, path, runs, n)
 		if !killed {
 			// The queue had drained: the child only re-enqueued settled
 			// intents, waited and closed within its time.
@@ -122,16 +123,16 @@ func TestCrashKillRestart(t *testing.T) {
 
 	// The last run is not killed and must finish on its own.
 	runs++
-	killed, out := crashRun(t, srv.URL(), path, crashKill{})
+	killed, out := crashRun(t, srv.URL(), path, n, crashKill{})
 	require.False(t, killed, "the final run was killed:\n%s", out)
 	t.Logf("final run: %s", crashOneLine(out))
 
 	q, err := queue.Open(path, queue.Options{})
 	require.NoError(t, err)
 	defer q.Close()
-	recs, err := q.List(0, 0, crashIntents+10)
+	recs, err := q.List(0, 0, n+10)
 	require.NoError(t, err)
-	assert.Len(t, recs, crashIntents, "records in the file")
+	assert.Len(t, recs, n, "records in the file")
 	ambiguous, attempts := 0, 0
 	for _, r := range recs {
 		assert.Equal(t, queue.Done, r.State, "record %d (%s): %s %s", r.ID, r.Intent.Key(), r.Reason, r.LastError)
@@ -140,14 +141,14 @@ func TestCrashKillRestart(t *testing.T) {
 		}
 		attempts += r.Attempts
 	}
-	for i := range crashIntents {
+	for i := range n {
 		assert.Equal(t, 1, srv.EffectsForPayload(crashBody(i)), "effects of intent %d (%s)", i, crashKey(i))
 	}
 	st := srv.Stats()
-	assert.Equal(t, crashIntents, st.Effects, "effects at the server")
+	assert.Equal(t, n, st.Effects, "effects at the server")
 	assert.Positive(t, unsettled, "kills that landed with records unsettled")
 	t.Logf("%d intents, %d kills (%d with records unsettled; by phase %v), %d child runs, %.1fs",
-		crashIntents, kills, unsettled, phases, runs, time.Since(start).Seconds())
+		n, kills, unsettled, phases, runs, time.Since(start).Seconds())
 	t.Logf("server: %d requests, %d effects, %d replays, %d conflicts, %d fenced, %d released, faults %v",
 		st.Requests, st.Effects, st.Replays, st.Conflicts, st.Fenced, st.Released, st.Faults)
 	t.Logf("queue: %d attempts leased, %d records ambiguous at some point", attempts, ambiguous)
@@ -227,12 +228,12 @@ func crashFaults(_ *http.Request, key string, seen int) testserver.Fault {
 // the test. It reports whether the kill ended it, and the child's output. A
 // child that exits with an error, or reports a race, a panic or a drainer
 // error before its kill, fails the test.
-func crashRun(t *testing.T, url, path string, k crashKill) (bool, string) {
+func crashRun(t *testing.T, url, path string, n int, k crashKill) (bool, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		crashChildEnv+"=1", crashURLEnv+"="+url, crashPathEnv+"="+path,
-		crashNEnv+"="+strconv.Itoa(crashIntents),
+		crashNEnv+"="+strconv.Itoa(n),
 		// Under -race a child sleeps a second at exit to catch late
 		// races; this one has none left to run.
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
@@ -315,7 +316,7 @@ type crashState struct {
 // consistent, and it opens as the next run will open it, with counters that
 // match its records, every record decoding, no key twice and no record that
 // failed or expired.
-func crashCheckFile(t *testing.T, path string, run int) crashState {
+func crashCheckFile(t *testing.T, path string, run, n int) crashState {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	require.NoError(t, err, "bbolt open after run %d", run)
@@ -333,9 +334,9 @@ func crashCheckFile(t *testing.T, path string, run int) crashState {
 	defer func() { require.NoError(t, q.Close(), "close after run %d", run) }()
 	counts, err := q.Counts()
 	require.NoError(t, err, "counts after run %d", run)
-	recs, err := q.List(0, 0, crashIntents+10)
+	recs, err := q.List(0, 0, n+10)
 	require.NoError(t, err, "list after run %d", run)
-	require.LessOrEqual(t, len(recs), crashIntents, "records after run %d", run)
+	require.LessOrEqual(t, len(recs), n, "records after run %d", run)
 	keys := map[string]queue.ID{}
 	byState := map[queue.State]int{}
 	for _, r := range recs {

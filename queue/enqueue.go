@@ -89,6 +89,9 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	}
 	q.mu.Unlock()
 	if err != nil {
+		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrKeyInUse) && !errors.Is(err, ErrDamaged) {
+			err = fmt.Errorf("queue: enqueue: not stored: %w", err) // a write failed: disk full, I/O error
+		}
 		return 0, err
 	}
 	q.poke()

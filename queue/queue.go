@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,10 +221,21 @@ func Open(path string, opts Options) (*Queue, error) {
 	return q, nil
 }
 
-func openDB(path string, o Options) (*bolt.DB, error) {
+func openDB(path string, o Options) (db *bolt.DB, err error) {
 	fi, statErr := os.Stat(path)
 	existed := statErr == nil && fi.Size() > 0
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile})
+	if err := checkSize(path); err != nil {
+		return nil, err
+	}
+	// A damaged page read through bbolt's mapping faults; make that a panic
+	// this function can turn into an error.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("%w: %s: %v", ErrDamaged, path, p)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile})
 	var pathErr *fs.PathError
 	switch {
 	case err == nil:
@@ -232,7 +244,7 @@ func openDB(path string, o Options) (*bolt.DB, error) {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, o.LockTimeout)
 	case errors.As(err, &pathErr):
-		return nil, fmt.Errorf("queue: open %s: %w", path, err)
+		return nil, fmt.Errorf("queue: %w", err)
 	case existed:
 		// bbolt read the file and did not like it: wrong format, bad meta
 		// pages, truncation.

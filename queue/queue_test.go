@@ -40,8 +40,10 @@ func TestOpenDamaged(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.db")
 	q := reopen(t, good, Options{})
-	for i := range 20 {
-		_, err := q.Enqueue(context.Background(), post(t, url, i))
+	for i := range 50 {
+		in, err := idem.NewIntent("POST", url, make([]byte, 2048+i))
+		require.NoError(t, err)
+		_, err = q.Enqueue(context.Background(), in)
 		require.NoError(t, err)
 	}
 	require.NoError(t, q.Close())
@@ -54,6 +56,11 @@ func TestOpenDamaged(t *testing.T) {
 	}{
 		{"not a bbolt file", []byte(strings.Repeat("this is a text file, not a queue\n", 500))},
 		{"truncated", goodBytes[:4096+100]},
+		{"truncated after the metas", goodBytes[:8192]},
+		{"truncated mid-file", goodBytes[:16384]},
+		{"last used page cut", goodBytes[:usedSize(t, goodBytes)-4096]},
+		{"freelist page garbled", garble(t, goodBytes, "freelist")},
+		{"every data page garbled", garble(t, goodBytes, "data")},
 		{"meta pages zeroed", append(make([]byte, 8192), goodBytes[8192:]...)},
 	}
 	for _, tt := range tests {
@@ -68,6 +75,31 @@ func TestOpenDamaged(t *testing.T) {
 			assert.Equal(t, tt.data, after, "a damaged file must never be written")
 		})
 	}
+}
+
+// garble returns file with pages overwritten by junk: the freelist page, or
+// every page after the two metas.
+func garble(t *testing.T, file []byte, which string) []byte {
+	m, ok := readMeta(file[:metaSize])
+	require.True(t, ok)
+	from, to := int(m.freelist), int(m.freelist)+1
+	if which == "data" {
+		from, to = 2, int(m.pages)
+	}
+	out := append([]byte(nil), file...)
+	ps := int(m.pageSize)
+	for i := from * ps; i < to*ps; i++ {
+		out[i] = byte(i*7 + 13)
+	}
+	return out
+}
+
+// usedSize is the size a bbolt file's own meta says it uses.
+func usedSize(t *testing.T, file []byte) int {
+	m, ok := readMeta(file[:metaSize])
+	require.True(t, ok)
+	require.Greater(t, int(m.pages), 3)
+	return int(m.pages) * int(m.pageSize)
 }
 
 func TestOpenOptions(t *testing.T) {

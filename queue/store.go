@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -238,6 +239,7 @@ func cmpInt(a, b int64) int {
 // bbolt, which a damaged page can cause, becomes ErrDamaged; the transaction
 // then never commits, so the file is left as it was.
 func (q *Queue) recover() (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %s: %v", ErrDamaged, q.path, p)

@@ -1,0 +1,486 @@
+package queue
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+)
+
+// biURL is where the bad-input tests' intents point; nothing listens there.
+const biURL = "http://127.0.0.1:1/payments"
+
+// biFill opens a queue at path, enqueues n intents and closes it, returning
+// the intents by ID.
+func biFill(t *testing.T, path string, n int) map[ID]*idem.Intent {
+	t.Helper()
+	q, err := Open(path, Options{})
+	require.NoError(t, err)
+	out := make(map[ID]*idem.Intent, n)
+	for i := range n {
+		in, err := idem.NewIntent("POST", biURL, []byte(fmt.Sprintf(`{"payment":%d}`, i)))
+		require.NoError(t, err)
+		id, err := q.Enqueue(context.Background(), in)
+		require.NoError(t, err)
+		out[id] = in
+	}
+	require.NoError(t, q.Close())
+	return out
+}
+
+// biCheckKept opens path and checks that every intent of want is there,
+// pending, with its key and body.
+func biCheckKept(t *testing.T, path string, want map[ID]*idem.Intent) {
+	t.Helper()
+	q, err := Open(path, Options{})
+	require.NoError(t, err, "the queue must open again once the problem is gone")
+	defer q.Close()
+	for id, in := range want {
+		r, err := q.Get(id)
+		if !assert.NoError(t, err, "record %d was lost", id) {
+			continue
+		}
+		assert.Equal(t, Pending, r.State)
+		assert.Equal(t, in.Key(), r.Intent.Key(), "record %d", id)
+		assert.Equal(t, in.Body(), r.Intent.Body(), "record %d", id)
+	}
+	counts, err := q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, len(want), counts[Pending], "no record appeared or vanished")
+}
+
+// privileged reports whether this process ignores file permissions (root,
+// or CAP_DAC_OVERRIDE): it can read a file of mode 000.
+func privileged(t *testing.T) bool {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "probe")
+	require.NoError(t, os.WriteFile(f, []byte("x"), 0))
+	_, err := os.ReadFile(f)
+	return err == nil
+}
+
+// TestBadInputOpen opens queue files that cannot be used: each Open fails
+// with a queue: error naming the path and the problem, and a file that
+// held records still holds them, unwritten, once the problem is gone.
+func TestBadInputOpen(t *testing.T) {
+	priv := privileged(t)
+	tests := []struct {
+		name string
+		// setup breaks the queue at path, which holds records when filled;
+		// it returns the path and Options to open with and a function that
+		// repairs the damage (nil when there is nothing to repair).
+		setup  func(t *testing.T, path string) (string, Options, func())
+		filled bool
+		want   error // nil: no sentinel, a path error
+		msg    []string
+		same   bool // the file's bytes must be unchanged
+	}{
+		{
+			name:   "unreadable file",
+			filled: true,
+			setup: func(t *testing.T, path string) (string, Options, func()) {
+				if !priv {
+					require.NoError(t, os.Chmod(path, 0))
+					return path, Options{}, func() { require.NoError(t, os.Chmod(path, 0o600)) }
+				}
+				// Permissions do not bind this process: put a directory
+				// where the file was, which no one can open as a file.
+				t.Log("running privileged: mode 000 is not enforced, a directory stands in for the file")
+				aside := path + ".aside"
+				require.NoError(t, os.Rename(path, aside))
+				require.NoError(t, os.Mkdir(path, 0o700))
+				return path, Options{}, func() {
+					require.NoError(t, os.Remove(path))
+					require.NoError(t, os.Rename(aside, path))
+				}
+			},
+			msg: []string{"queue: open "},
+		},
+		{
+			name: "not a bbolt file",
+			setup: func(t *testing.T, path string) (string, Options, func()) {
+				require.NoError(t, os.WriteFile(path, bytes.Repeat([]byte("not a queue, just text\n"), 400), 0o600))
+				return path, Options{}, nil
+			},
+			want: ErrDamaged, msg: []string{"queue: file damaged: ", "is not a readable queue file", "invalid database"}, same: true,
+		},
+		{
+			name:   "truncated inside the meta pages",
+			filled: true,
+			setup: func(t *testing.T, path string) (string, Options, func()) {
+				require.NoError(t, os.Truncate(path, 4096+100))
+				return path, Options{}, nil
+			},
+			want: ErrDamaged, msg: []string{"queue: file damaged: ", "truncated"}, same: true,
+		},
+		{
+			name:   "empty meta page",
+			filled: true,
+			setup: func(t *testing.T, path string) (string, Options, func()) {
+				f, err := os.OpenFile(path, os.O_WRONLY, 0)
+				require.NoError(t, err)
+				_, err = f.WriteAt(make([]byte, 8192), 0)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+				return path, Options{}, nil
+			},
+			want: ErrDamaged, msg: []string{"queue: file damaged: "}, same: true,
+		},
+		{
+			name: "read-only directory",
+			setup: func(t *testing.T, path string) (string, Options, func()) {
+				dir := filepath.Dir(path)
+				if !priv {
+					require.NoError(t, os.Chmod(dir, 0o500))
+					return path, Options{}, func() { require.NoError(t, os.Chmod(dir, 0o700)) }
+				}
+				// Directory permissions do not bind this process: fail the
+				// file's creation as the kernel would in a read-only
+				// directory.
+				t.Log("running privileged: a 0500 directory is not enforced, the open seam returns EACCES")
+				return path, Options{openFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+					if _, err := os.Stat(name); errors.Is(err, fs.ErrNotExist) && flag&os.O_CREATE != 0 {
+						return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.EACCES}
+					}
+					return os.OpenFile(name, flag, perm)
+				}}, nil
+			},
+			msg: []string{"queue: open ", "permission denied"},
+		},
+		{
+			name: "parent is a file",
+			setup: func(t *testing.T, path string) (string, Options, func()) {
+				parent := filepath.Join(filepath.Dir(path), "file")
+				require.NoError(t, os.WriteFile(parent, []byte("x"), 0o600))
+				return filepath.Join(parent, "q.db"), Options{}, nil
+			},
+			msg: []string{"queue: open ", "not a directory"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "q.db")
+			var kept map[ID]*idem.Intent
+			if tt.filled {
+				kept = biFill(t, path, 5)
+			}
+			path, opts, repair := tt.setup(t, path)
+			before, _ := os.ReadFile(path)
+			opts.LockTimeout = 100 * time.Millisecond
+
+			q, err := Open(path, opts)
+			if q != nil {
+				q.Close()
+			}
+			require.Error(t, err)
+			t.Logf("Open: %v", err)
+			if tt.want != nil {
+				assert.ErrorIs(t, err, tt.want)
+			}
+			assert.True(t, strings.HasPrefix(err.Error(), "queue: "), "message %q lacks the queue: prefix", err)
+			assert.Contains(t, err.Error(), path, "the message names the file")
+			for _, m := range tt.msg {
+				assert.Contains(t, err.Error(), m)
+			}
+			if tt.same {
+				after, rerr := os.ReadFile(path)
+				require.NoError(t, rerr)
+				assert.Equal(t, before, after, "a file Open refused must not be written")
+			}
+			_, err = os.Stat(path + compactSuffix)
+			assert.True(t, errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR), "no stray compaction file")
+			if repair != nil {
+				repair()
+			}
+			if kept != nil && !tt.same {
+				biCheckKept(t, path, kept)
+			}
+		})
+	}
+}
+
+// TestBadInputEnqueue gives Enqueue intents it must refuse: each error
+// names the problem, and the records already queued are kept.
+func TestBadInputEnqueue(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	kept := biFill(t, path, 2)
+	q, err := Open(path, Options{MaxItems: 3})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	keyless, err := idem.NewIntent("PATCH", biURL, []byte("x"), idem.WithoutKey())
+	require.NoError(t, err)
+	first, err := idem.NewIntent("POST", biURL, []byte("a"), idem.WithKey("order-1"))
+	require.NoError(t, err)
+	other, err := idem.NewIntent("POST", biURL, []byte("b"), idem.WithKey("order-1"))
+	require.NoError(t, err)
+	third, err := idem.NewIntent("POST", biURL, []byte("c"))
+	require.NoError(t, err)
+	firstID, err := q.Enqueue(ctx, first)
+	require.NoError(t, err)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+
+	tests := []struct {
+		name string
+		ctx  context.Context
+		in   *idem.Intent
+		want error
+		msg  string
+	}{
+		{"nil intent", ctx, nil, idem.ErrInvalidIntent, "idem: invalid intent: nil intent"},
+		{"PATCH without key", ctx, keyless, ErrNeedsKey, "queue: not idempotent and no key: PATCH " + biURL},
+		{"key of another operation", ctx, other, ErrKeyInUse, `queue: key already queued for another operation: key "order-1" is record`},
+		{"full", ctx, third, ErrQueueFull, "queue: full: 3 unsettled records, limit 3"},
+		{"context ended", cancelled, third, context.Canceled, "context canceled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, err := q.Enqueue(tt.ctx, tt.in)
+			require.Error(t, err)
+			assert.Zero(t, id)
+			assert.ErrorIs(t, err, tt.want)
+			assert.Contains(t, err.Error(), tt.msg)
+		})
+	}
+	require.NoError(t, q.Close())
+	kept[firstID] = first
+	biCheckKept(t, path, kept)
+}
+
+// Instructions for the child process of TestBadInputDiskFull.
+const (
+	diskFullChildEnv = "IDEM_QUEUE_DISKFULL_CHILD"
+	diskFullPathEnv  = "IDEM_QUEUE_DISKFULL_PATH"
+)
+
+// TestBadInputDiskFull fills the disk under a queue. Enqueue must fail with
+// an error, not a panic nor a silent success, and every record it accepted
+// before must be in the file, intact.
+//
+// Two ways: a 1 MiB tmpfs, when this process may mount one; and, always, a
+// child process whose file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored)
+// makes the file's growth fail with EFBIG, as a full disk fails it with
+// ENOSPC.
+func TestBadInputDiskFull(t *testing.T) {
+	t.Run("tmpfs", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+			t.Skipf("cannot mount a tmpfs here (%v); the rlimit variant covers a full disk", err)
+		}
+		t.Cleanup(func() {
+			if err := syscall.Unmount(dir, 0); err != nil {
+				t.Errorf("unmount %s: %v", dir, err)
+			}
+		})
+		path := filepath.Join(dir, "q.db")
+		q, err := Open(path, Options{})
+		require.NoError(t, err)
+		enqueued, err := biEnqueueUntilFull(q, nil)
+		require.Error(t, err, "a full disk must fail Enqueue")
+		assert.ErrorIs(t, err, syscall.ENOSPC)
+		t.Logf("after %d records: %v", len(enqueued), err)
+		require.NotEmpty(t, enqueued)
+		require.NoError(t, q.Close())
+		biCheckKept(t, path, enqueued) // on the full disk still
+	})
+	t.Run("rlimit", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "q.db")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBadInputDiskFullChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), diskFullChildEnv+"=1", diskFullPathEnv+"="+path)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "the child failed:\n%s", out)
+
+		enqueued := map[ID]*idem.Intent{}
+		var failure, closed string
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "enqueued "):
+				f := strings.Fields(line)
+				require.Len(t, f, 3, "line %q", line)
+				n, err := strconv.ParseUint(f[1], 10, 64)
+				require.NoError(t, err)
+				i, err := strconv.Atoi(f[2])
+				require.NoError(t, err)
+				enqueued[ID(n)] = biDiskIntent(t, i)
+			case strings.HasPrefix(line, "enqueue failed: "):
+				failure = strings.TrimPrefix(line, "enqueue failed: ")
+			case strings.HasPrefix(line, "closed: "):
+				closed = strings.TrimPrefix(line, "closed: ")
+			}
+		}
+		require.NotEmpty(t, failure, "Enqueue never failed under the file size limit:\n%s", out)
+		assert.Contains(t, failure, "file too large", "the error says why")
+		assert.Contains(t, failure, path, "the error names the file")
+		require.NotEmpty(t, enqueued, "the child enqueued nothing:\n%s", out)
+		t.Logf("after %d records: %s; Close: %s", len(enqueued), failure, closed)
+		biCheckKept(t, path, enqueued)
+	})
+}
+
+// TestBadInputDiskFullChild is the child process of TestBadInputDiskFull;
+// run by itself it does nothing.
+func TestBadInputDiskFullChild(t *testing.T) {
+	path := os.Getenv(diskFullPathEnv)
+	if os.Getenv(diskFullChildEnv) != "1" || path == "" {
+		return
+	}
+	signal.Ignore(syscall.SIGXFSZ)
+	q, err := Open(path, Options{})
+	require.NoError(t, err)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	limit := uint64(fi.Size()) + 256<<10
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: limit}))
+	_, err = biEnqueueUntilFull(q, func(id ID, i int) { fmt.Printf("enqueued %d %d\n", id, i) })
+	if err != nil {
+		fmt.Printf("enqueue failed: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+	fmt.Printf("closed: %v\n", q.Close())
+}
+
+// biEnqueueUntilFull enqueues 4 KiB intents until Enqueue fails, or 2000
+// succeed, and returns those accepted and the error.
+func biEnqueueUntilFull(q *Queue, report func(ID, int)) (map[ID]*idem.Intent, error) {
+	out := map[ID]*idem.Intent{}
+	for i := range 2000 {
+		in, err := biDiskIntentErr(i)
+		if err != nil {
+			return out, err
+		}
+		id, err := q.Enqueue(context.Background(), in)
+		if err != nil {
+			return out, err
+		}
+		out[id] = in
+		if report != nil {
+			report(id, i)
+		}
+	}
+	return out, nil
+}
+
+// biDiskIntent is intent i of the disk-full tests; its key and body follow
+// from i, so the parent can check what the child enqueued.
+func biDiskIntent(t *testing.T, i int) *idem.Intent {
+	t.Helper()
+	in, err := biDiskIntentErr(i)
+	require.NoError(t, err)
+	return in
+}
+
+func biDiskIntentErr(i int) (*idem.Intent, error) {
+	body := bytes.Repeat([]byte(fmt.Sprintf("payment %06d;", i)), 4096/16)
+	return idem.NewIntent("POST", biURL, body, idem.WithKey(fmt.Sprintf("disk-full-%d", i)))
+}
+
+// TestBadInputNoSecretInFile drains intents through a Client whose
+// Authorize adds a fresh bearer token to every attempt, through retries and
+// a 401, and checks that no token ever reaches the queue file, which is
+// private to its owner.
+func TestBadInputNoSecretInFile(t *testing.T) {
+	prefix := make([]byte, 16)
+	_, err := rand.Read(prefix)
+	require.NoError(t, err)
+	secret := "tok-" + hex.EncodeToString(prefix)
+
+	var mu sync.Mutex // guards issued, seen, calls
+	var issued, seen []string
+	calls := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		key := r.Header.Get("Idempotency-Key")
+		calls[key]++
+		n := calls[key]
+		mu.Unlock()
+		switch n {
+		case 1:
+			w.WriteHeader(http.StatusServiceUnavailable) // ambiguous: retried
+		case 2:
+			w.WriteHeader(http.StatusUnauthorized) // one more attempt with a fresh token
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"id":%q}`, key)
+		}
+	}))
+	defer srv.Close()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	defer tr.CloseIdleConnections()
+	client := &idem.Client{
+		HTTPClient: &http.Client{Transport: tr},
+		Authorize: func(ctx context.Context, req *http.Request) error {
+			mu.Lock()
+			tok := fmt.Sprintf("%s-%d", secret, len(issued))
+			issued = append(issued, tok)
+			mu.Unlock()
+			req.Header.Set("Authorization", "Bearer "+tok)
+			return nil
+		},
+	}
+
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := Open(path, Options{Client: client, RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond, idle: 5 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	var ids []ID
+	for i := range 3 {
+		in, err := idem.NewIntent("POST", srv.URL, []byte(fmt.Sprintf(`{"payment":%d}`, i)), idem.WithHeader("Content-Type", "application/json"))
+		require.NoError(t, err)
+		id, err := q.Enqueue(ctx, in)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		r, err := q.Wait(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, Done, r.State)
+		assert.Equal(t, 3, r.Attempts)
+	}
+	require.NoError(t, q.Close())
+	require.NoError(t, <-done)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, 9, "three attempts for each of three intents")
+	for i, auth := range seen {
+		assert.True(t, strings.HasPrefix(auth, "Bearer "+secret), "attempt %d carried %q", i, auth)
+	}
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.False(t, bytes.Contains(raw, []byte(secret)), "a bearer token reached the queue file")
+	assert.False(t, bytes.Contains(raw, []byte("Bearer")), "an Authorization value reached the queue file")
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
