@@ -189,7 +189,10 @@ func (c *Client) newRun(ctx context.Context, in *Intent) (*run, error) {
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
 		},
 		method: in.method, url: in.url, hasKey: in.HasKey(),
-		send: hc.Do, sent: in.markSent,
+		send: hc.Do, sent: in.markSent, onAmbiguous: in.markAmbiguous,
+		// An earlier Do of this intent may have reached the server: a 409
+		// now may be that attempt still running, not a refusal.
+		ambiguous: in.ambiguous.Load(),
 	}
 	r.build = func(ctx context.Context) (*http.Request, error) { return c.request(ctx, in) }
 	return r, nil
@@ -259,7 +262,7 @@ func (c *Client) Attempt(ctx context.Context, in *Intent, h History) (Step, erro
 	if err != nil {
 		return Step{}, err
 	}
-	r.ambiguous = h.Ambiguous
+	r.ambiguous = r.ambiguous || h.Ambiguous
 	resp, d, err := r.step(ctx)
 	if err != nil {
 		return Step{}, err

@@ -540,3 +540,48 @@ func TestAttemptBadInput(t *testing.T) {
 	_, err = (&Client{}).Attempt(ctx, in, History{})
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+// TestDoAttemptTimeoutSparesTheBody: the attempt timeout bounds the wait for
+// headers; a caller still reading a large final body after it is not cut off.
+func TestDoAttemptTimeoutSparesTheBody(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	srv := newScripted(t, step{status: 201, body: big})
+	c, _ := testClient(t, nil)
+	c.Policy.AttemptTimeout = 50 * ms
+	res, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "x"))
+	require.NoError(t, err)
+	defer res.Response.Body.Close()
+	time.Sleep(100 * ms) // past the attempt timeout
+	b, err := io.ReadAll(res.Response.Body)
+	require.NoError(t, err)
+	assert.Len(t, b, len(big))
+}
+
+// TestDoAgainAfterAmbiguous: a second Do of an intent whose first Do ended
+// ambiguous cannot report NotApplied when the server answers 409: that may be
+// the first attempt still running.
+func TestDoAgainAfterAmbiguous(t *testing.T) {
+	srv := newScripted(t, hangup, answer(409), answer(409), answer(409))
+	c, _ := testClient(t, nil)
+	c.Policy.MaxAttempts = 1
+	in := mustIntent(t, "POST", srv.URL, "x")
+	_, err := c.Do(context.Background(), in)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+
+	c.Policy.MaxAttempts = 2
+	_, err = c.Do(context.Background(), in)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrOutcomeUnknown, "not ErrNotApplied: the first Do may still apply")
+
+	data, err := in.MarshalBinary()
+	require.NoError(t, err)
+	var back Intent
+	require.NoError(t, back.UnmarshalBinary(data))
+	assert.True(t, back.ambiguous.Load(), "the history survives encoding")
+
+	fresh := mustIntent(t, "POST", srv.URL, "y")
+	s, err := c.Attempt(context.Background(), fresh, History{})
+	require.NoError(t, err)
+	s.Response.Body.Close()
+	assert.Equal(t, NotApplied, s.Decision.Outcome, "a fresh intent's 409 is not processed")
+}

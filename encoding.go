@@ -17,8 +17,12 @@ const encodingVersion = 1
 // encodingMagic starts every encoded Intent.
 const encodingMagic = "idem"
 
-// flagSupplied marks a key given with WithKey.
-const flagSupplied = 1
+// Flags of an encoded Intent.
+const (
+	flagSupplied  = 1 << iota // the key was given with WithKey
+	flagAmbiguous             // an attempt was ambiguous
+	flagsKnown    = flagSupplied | flagAmbiguous
+)
 
 // MarshalBinary encodes the intent for storage, FirstSentAt included, so that
 // a queue can persist it and send it after a restart with the same key. The
@@ -41,6 +45,9 @@ func (in *Intent) MarshalBinary() ([]byte, error) {
 	var flags uint64
 	if in.supplied {
 		flags |= flagSupplied
+	}
+	if in.ambiguous.Load() {
+		flags |= flagAmbiguous
 	}
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendVarint(b, unixNano(in.createdAt))
@@ -79,7 +86,7 @@ func (in *Intent) UnmarshalBinary(data []byte) error {
 	}
 	d := decoder{b: body[len(encodingMagic)+1:]}
 	method, url, key, lane := d.string(), d.string(), d.string(), d.string()
-	flags := d.uvarint(flagSupplied, "flags")
+	flags := d.uvarint(flagsKnown, "flags")
 	created, firstSent := d.varint(), d.varint()
 	header := d.header()
 	payload := d.string()
@@ -96,6 +103,7 @@ func (in *Intent) UnmarshalBinary(data []byte) error {
 		return err
 	}
 	in.supplied = flags&flagSupplied != 0
+	in.ambiguous.Store(flags&flagAmbiguous != 0)
 	return nil
 }
 

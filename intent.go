@@ -47,6 +47,9 @@ type Intent struct {
 	// firstSentAt is the UnixNano time of the first attempt that may have
 	// reached the server; zero when none has.
 	firstSentAt atomic.Int64
+	// ambiguous records that an attempt was ambiguous, so that a later Do
+	// of the same intent never reports NotApplied for what may have applied.
+	ambiguous atomic.Bool
 }
 
 // IntentOption configures NewIntent.
@@ -279,6 +282,9 @@ func (in *Intent) FirstSentAt() time.Time {
 	}
 	return time.Unix(0, ns)
 }
+
+// markAmbiguous records that an attempt of in was ambiguous.
+func (in *Intent) markAmbiguous() { in.ambiguous.Store(true) }
 
 // markSent records t as FirstSentAt unless an earlier time is recorded.
 func (in *Intent) markSent(t time.Time) {

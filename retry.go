@@ -38,9 +38,10 @@ type Policy struct {
 	// MaxElapsed bounds the time from the first attempt to the start of the
 	// last; 0 means no bound but the context's deadline.
 	MaxElapsed time.Duration
-	// AttemptTimeout bounds one attempt, response headers included; 0 means
-	// no bound but the context's and the http.Client's. A timed-out attempt
-	// whose headers were sent is ambiguous.
+	// AttemptTimeout bounds one attempt until its response headers arrive;
+	// reading the final body is the caller's and is not bounded by it. 0
+	// means no bound but the context's and the http.Client's. A timed-out
+	// attempt whose headers were sent is ambiguous.
 	AttemptTimeout time.Duration
 	// MaxRetryAfter caps the wait a server may ask for with Retry-After; 0
 	// means DefaultMaxRetryAfter. A longer demand ends the intent with

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -36,8 +37,10 @@ type run struct {
 	build func(ctx context.Context) (*http.Request, error)
 	// send sends it.
 	send func(*http.Request) (*http.Response, error)
-	// sent, if not nil, learns when an attempt may have reached the server.
-	sent func(time.Time)
+	// sent, if not nil, learns when an attempt may have reached the server;
+	// ambiguous, if not nil, that an attempt was ambiguous.
+	sent        func(time.Time)
+	onAmbiguous func()
 
 	start     time.Time
 	attempts  []Attempt
@@ -101,7 +104,12 @@ func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
 	})
 	att.Class = d.Class
 	r.attempts = append(r.attempts, att)
-	r.ambiguous = r.ambiguous || d.Class == ClassAmbiguous
+	if d.Class == ClassAmbiguous {
+		r.ambiguous = true
+		if r.onAmbiguous != nil {
+			r.onAmbiguous()
+		}
+	}
 	return resp, d, nil
 }
 
@@ -111,14 +119,21 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, Attempt{}, err
 	}
+	// The attempt timeout bounds the wait for response headers, not the
+	// caller's reading of the final body: a timer cancels the attempt and is
+	// stopped once headers are in.
 	actx, cancel := ctx, context.CancelFunc(nil)
+	var timer *time.Timer
+	var timedOut atomic.Bool
 	if r.policy.AttemptTimeout > 0 {
-		actx, cancel = context.WithTimeout(ctx, r.policy.AttemptTimeout)
+		actx, cancel = context.WithCancel(ctx)
+		timer = time.AfterFunc(r.policy.AttemptTimeout, func() { timedOut.Store(true); cancel() })
 	}
 	var rec wire.Recorder
 	req, err := r.build(rec.WithContext(actx))
 	if err != nil {
 		if cancel != nil {
+			timer.Stop()
 			cancel()
 		}
 		return nil, Attempt{}, err
@@ -126,6 +141,12 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 
 	att := Attempt{Start: r.clock.Now()}
 	resp, err := r.send(req)
+	if timer != nil {
+		timer.Stop()
+	}
+	if err != nil && timedOut.Load() {
+		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
+	}
 	att.Duration = r.clock.Now().Sub(att.Start)
 	f := rec.Facts()
 	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: f.GotResponse}
