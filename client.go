@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -16,6 +16,18 @@ import (
 // DefaultKeyHeader is the header that carries the idempotency key unless
 // Client.KeyHeader names another.
 const DefaultKeyHeader = "Idempotency-Key"
+
+// bodyReader is a request body over an intent's bytes: a bytes.Reader that
+// closes, in one allocation.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+func newBody(b []byte) *bodyReader {
+	r := &bodyReader{}
+	r.Reset(b)
+	return r
+}
 
 // KeyFormat is how the key is written in its header.
 type KeyFormat uint8
@@ -117,6 +129,8 @@ type Result struct {
 	Response *http.Response
 	// Attempts is the trail, first attempt first.
 	Attempts []Attempt
+
+	first [1]Attempt // holds a one-attempt trail without another allocation
 }
 
 // Attempt is the record of one attempt.
@@ -154,48 +168,52 @@ func (a Attempt) String() string {
 // (errors.Is(err, ErrOutcomeUnknown): reconcile, do not resubmit under a new
 // key) or NotApplied (errors.Is(err, ErrNotApplied): safe to try again).
 func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
-	r, err := c.newRun(ctx, in)
-	if err != nil {
+	var r run
+	if err := c.initRun(&r, ctx, in); err != nil {
 		return nil, err
 	}
 	resp, d, e := r.loop(ctx)
 	if e != nil {
 		drain(resp)
-		r.obs.finish(ctx, r, e.Outcome, false, e)
+		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		return nil, e
 	}
-	res := &Result{Outcome: d.Outcome, Replayed: IsReplayed(resp.Header), Response: resp, Attempts: r.attempts}
-	r.obs.finish(ctx, r, res.Outcome, res.Replayed, nil)
+	res := &Result{Outcome: d.Outcome, Replayed: IsReplayed(resp.Header), Response: resp}
+	if len(r.attempts) == 1 { // the common case: the trail lives in the Result
+		res.first[0] = r.attempts[0]
+		res.Attempts = res.first[:]
+	} else {
+		res.Attempts = slices.Clone(r.attempts)
+	}
+	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
 	return res, nil
 }
 
-// newRun validates the arguments of Do or Attempt and prepares a run.
-func (c *Client) newRun(ctx context.Context, in *Intent) (*run, error) {
+// initRun validates the arguments of Do or Attempt and prepares r.
+func (c *Client) initRun(r *run, ctx context.Context, in *Intent) error {
 	if in == nil {
-		return nil, fmt.Errorf("%w: nil intent", ErrInvalidIntent)
+		return fmt.Errorf("%w: nil intent", ErrInvalidIntent)
 	}
 	if ctx == nil {
-		return nil, errors.New("idem: nil context")
+		return errors.New("idem: nil context")
 	}
 	p, err := c.Policy.withDefaults()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	hc := c.httpClient()
-	r := &run{
+	*r = run{
 		engine: engine{
 			policy: p, budget: c.budgetOrDefault(), deletePolicy: c.DeletePolicy,
-			clock: c.clockOrReal(), rand: c.random,
+			clock: c.clockOrReal(), rand: c.rand,
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
 		},
 		method: in.method, url: in.url, hasKey: in.HasKey(),
-		send: hc.Do, sent: in.markSent, onAmbiguous: in.markAmbiguous,
+		c: c, in: in, hc: c.httpClient(),
 		// An earlier Do of this intent may have reached the server: a 409
 		// now may be that attempt still running, not a refusal.
 		ambiguous: in.ambiguous.Load(),
 	}
-	r.build = func(ctx context.Context) (*http.Request, error) { return c.request(ctx, in) }
-	return r, nil
+	return nil
 }
 
 // Stats returns the Client's counters.
@@ -204,20 +222,29 @@ func (c *Client) Stats() Stats { return c.metrics.stats(c.budgetOrDefault()) }
 // request builds the request of one attempt: the intent's bytes and headers,
 // the key, and fresh credentials.
 func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error) {
-	var body io.Reader
+	// Built by hand from the URL the intent parsed once: NewRequest would
+	// parse it again on every attempt.
+	u := *in.u
+	req := &http.Request{
+		Method: in.method, URL: &u, Host: u.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, len(in.header)+2),
+	}
+	for k, vs := range in.header {
+		req.Header[k] = vs // clipped at NewIntent: an append here copies
+	}
 	if in.body != nil {
-		body = bytes.NewReader(in.body) // NewRequest sets GetBody, so net/http can resend it
-	}
-	req, err := http.NewRequestWithContext(ctx, in.method, in.url, body)
-	if err != nil {
-		return nil, fmt.Errorf("idem: building request: %w", err)
-	}
-	if in.header != nil {
-		req.Header = in.header.Clone()
+		body := in.body
+		req.ContentLength = int64(len(body))
+		req.Body = newBody(body)
+		// GetBody lets net/http follow a 307 or 308 with the body, as it
+		// does for NewRequest's bodies.
+		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
 	if in.key != "" {
-		req.Header.Set(c.keyHeader(), c.keyValue(in.key))
+		req.Header[c.keyHeader()] = []string{c.keyValue(in.key)}
 	}
+	req = req.WithContext(ctx)
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {
 			return nil, fmt.Errorf("idem: authorize: %w", err)
@@ -258,8 +285,8 @@ type Step struct {
 // A non-nil error means no attempt was made: ctx had ended, the policy is
 // invalid, or the request could not be built or authorized.
 func (c *Client) Attempt(ctx context.Context, in *Intent, h History) (Step, error) {
-	r, err := c.newRun(ctx, in)
-	if err != nil {
+	var r run
+	if err := c.initRun(&r, ctx, in); err != nil {
 		return Step{}, err
 	}
 	r.ambiguous = r.ambiguous || h.Ambiguous
@@ -267,7 +294,7 @@ func (c *Client) Attempt(ctx context.Context, in *Intent, h History) (Step, erro
 	if err != nil {
 		return Step{}, err
 	}
-	r.obs.attempt(ctx, r, d.Action)
+	r.obs.attempt(ctx, &r, d.Action)
 	s := Step{Attempt: r.attempts[0], Decision: d, Response: resp}
 	if resp != nil {
 		s.RetryAfter, _ = ParseRetryAfter(resp.Header.Get("Retry-After"), r.clock.Now())
@@ -305,16 +332,10 @@ func (c *Client) clockOrReal() clock {
 	return realClock{}
 }
 
-func (c *Client) random() float64 {
-	if c.rand != nil {
-		return c.rand()
-	}
-	return rand.Float64()
-}
-
+// keyHeader is the canonical name of the key header.
 func (c *Client) keyHeader() string {
 	if c.KeyHeader != "" {
-		return c.KeyHeader
+		return http.CanonicalHeaderKey(c.KeyHeader)
 	}
 	return DefaultKeyHeader
 }

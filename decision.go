@@ -113,7 +113,7 @@ type Wire struct {
 	WroteHeaders bool
 	// WroteRequest reports that the whole request was written.
 	WroteRequest bool
-	// GotResponse reports that the first byte of a response arrived.
+	// GotResponse reports that a response (its status and headers) arrived.
 	GotResponse bool
 }
 
@@ -302,7 +302,8 @@ func outcomeAfter(c Class, earlierAmbiguous bool) Outcome {
 // Idempotency-Replayed or X-Idempotent-Replayed, with the value true.
 func IsReplayed(h http.Header) bool {
 	for _, name := range [...]string{"Idempotent-Replayed", "Idempotency-Replayed", "X-Idempotent-Replayed"} {
-		if v := h.Get(name); v != "" && strings.EqualFold(strings.TrimSpace(v), "true") {
+		// The names are canonical: a map lookup, without Get's canonicalising.
+		if vs := h[name]; len(vs) > 0 && strings.EqualFold(strings.TrimSpace(vs[0]), "true") {
 			return true
 		}
 	}

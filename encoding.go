@@ -129,7 +129,7 @@ func (in *Intent) restore(method, url, key, lane string, created, firstSent int6
 	if in.method != "" {
 		return errors.New("idem: UnmarshalBinary into an Intent already in use")
 	}
-	in.method, in.url, in.key, in.lane = fresh.method, fresh.url, fresh.key, fresh.lane
+	in.method, in.url, in.u, in.key, in.lane = fresh.method, fresh.url, fresh.u, fresh.key, fresh.lane
 	in.header, in.body, in.createdAt = fresh.header, fresh.body, fresh.createdAt
 	in.firstSentAt.Store(firstSent)
 	return nil

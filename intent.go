@@ -1,10 +1,12 @@
 package idem
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -37,6 +39,7 @@ const maxLaneLen = 255
 type Intent struct {
 	method    string
 	url       string
+	u         *url.URL // url parsed; copied for each request
 	header    http.Header
 	body      []byte
 	key       string
@@ -196,7 +199,8 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if err := checkMethod(method); err != nil {
 		return nil, err
 	}
-	if err := checkURL(rawURL); err != nil {
+	u, err := checkURL(rawURL)
+	if err != nil {
 		return nil, err
 	}
 	if len(body) > MaxBodyBytes {
@@ -216,11 +220,17 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		return nil, fmt.Errorf("%w: %s is a safe method and carries no idempotency key", ErrInvalidIntent, method)
 	}
 	if !safe && !c.hasKey && !c.noKey {
-		c.key = uuid.NewString()
+		c.key = newKey()
+	}
+	for k, vs := range c.header {
+		// Full slices: a value appended by Client.Authorize to a request's
+		// header, which shares them, can never land in the intent's.
+		c.header[k] = slices.Clip(vs)
 	}
 	in := &Intent{
 		method:    method,
 		url:       rawURL,
+		u:         u,
 		header:    c.header,
 		key:       c.key,
 		supplied:  c.hasKey,
@@ -231,6 +241,17 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		in.body = append([]byte(nil), body...)
 	}
 	return in, nil
+}
+
+// newKey returns a random (version 4) UUID: 122 random bits.
+func newKey() string {
+	var u uuid.UUID
+	if _, err := rand.Read(u[:]); err != nil {
+		return uuid.NewString() // crypto/rand does not fail; keep a key regardless
+	}
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	return u.String()
 }
 
 // Method returns the request method.
@@ -363,9 +384,9 @@ func checkMethod(method string) error {
 	return fmt.Errorf("%w: unsupported method %q", ErrInvalidIntent, method)
 }
 
-func checkURL(raw string) error {
+func checkURL(raw string) (*url.URL, error) {
 	if raw == "" {
-		return fmt.Errorf("%w: empty URL", ErrInvalidIntent)
+		return nil, fmt.Errorf("%w: empty URL", ErrInvalidIntent)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -373,21 +394,21 @@ func checkURL(raw string) error {
 		if errors.As(err, &ue) {
 			err = ue.Err // without the raw URL, which may hold a password
 		}
-		return fmt.Errorf("%w: URL: %v", ErrInvalidIntent, err)
+		return nil, fmt.Errorf("%w: URL: %v", ErrInvalidIntent, err)
 	}
 	if !u.IsAbs() {
-		return fmt.Errorf("%w: URL %q is not absolute: it needs an http or https scheme and a host", ErrInvalidIntent, redactURL(u))
+		return nil, fmt.Errorf("%w: URL %q is not absolute: it needs an http or https scheme and a host", ErrInvalidIntent, redactURL(u))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%w: URL %q: scheme must be http or https", ErrInvalidIntent, redactURL(u))
+		return nil, fmt.Errorf("%w: URL %q: scheme must be http or https", ErrInvalidIntent, redactURL(u))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%w: URL %q has no host", ErrInvalidIntent, redactURL(u))
+		return nil, fmt.Errorf("%w: URL %q has no host", ErrInvalidIntent, redactURL(u))
 	}
 	if u.User != nil {
-		return fmt.Errorf("%w: URL %q carries user info; credentials belong in Client.Authorize", ErrInvalidIntent, redactURL(u))
+		return nil, fmt.Errorf("%w: URL %q carries user info; credentials belong in Client.Authorize", ErrInvalidIntent, redactURL(u))
 	}
-	return nil
+	return u, nil
 }
 
 // redactURL hides user info, so an error never echoes a password.

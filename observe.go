@@ -11,7 +11,9 @@ import (
 
 // Stats counts what a Client or a Transport has done since it was made.
 type Stats struct {
-	// Attempts counts attempts sent, the first of each operation included.
+	// Attempts counts requests sent, the first of each operation included,
+	// and the resends net/http makes by itself on a fresh connection (see
+	// Wire.Conns).
 	Attempts uint64
 	// Retries counts retries, and RetriesAfter splits them by the class of
 	// the attempt they followed (never sent, not processed, ambiguous).
@@ -91,7 +93,8 @@ type observer struct {
 // is known.
 func (o observer) attempt(ctx context.Context, r *run, action Action) {
 	a := r.attempts[len(r.attempts)-1]
-	o.m.attempts.Add(1)
+	// net/http may have sent the request on more than one connection.
+	o.m.attempts.Add(uint64(max(a.Wire.Conns, 1)))
 	switch {
 	case a.Status == 409:
 		o.m.conflicts.Add(1)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -23,27 +25,29 @@ type engine struct {
 	budget       *Budget
 	deletePolicy DeletePolicy
 	clock        clock
-	rand         func() float64
+	rand         func() float64 // nil means math/rand/v2
 	obs          observer
 }
 
 // run is the state of one operation: the attempts of one intent by Do, or of
-// one request by Transport.
+// one request by Transport. Its fields name its source rather than hold
+// closures over it: a run is made per operation, on the hot path.
 type run struct {
 	engine
 	method, url string
 	hasKey      bool
-	// build returns the request of one attempt, with a fresh body.
-	build func(ctx context.Context) (*http.Request, error)
-	// send sends it.
-	send func(*http.Request) (*http.Response, error)
-	// sent, if not nil, learns when an attempt may have reached the server;
-	// ambiguous, if not nil, that an attempt was ambiguous.
-	sent        func(time.Time)
-	onAmbiguous func()
 
-	start     time.Time
-	attempts  []Attempt
+	// An intent sent by a Client...
+	c  *Client
+	in *Intent
+	hc *http.Client
+	// ... or a caller's request passed on by a Transport.
+	base    http.RoundTripper
+	req     *http.Request
+	reqUsed bool // the caller's own request (and body) went out
+
+	start    time.Time
+	attempts []Attempt // the trail; copied out, never shared, so a run can live on the stack
 	ambiguous bool // an attempt so far was ambiguous
 	spent     int  // budget tokens spent by this run's retries
 	bo        *backoff.ExponentialBackOff
@@ -106,8 +110,8 @@ func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
 	r.attempts = append(r.attempts, att)
 	if d.Class == ClassAmbiguous {
 		r.ambiguous = true
-		if r.onAmbiguous != nil {
-			r.onAmbiguous()
+		if r.in != nil {
+			r.in.markAmbiguous()
 		}
 	}
 	return resp, d, nil
@@ -123,17 +127,16 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	// caller's reading of the final body: a timer cancels the attempt and is
 	// stopped once headers are in.
 	actx, cancel := ctx, context.CancelFunc(nil)
-	var timer *time.Timer
-	var timedOut atomic.Bool
+	var timer *attemptTimer
 	if r.policy.AttemptTimeout > 0 {
 		actx, cancel = context.WithCancel(ctx)
-		timer = time.AfterFunc(r.policy.AttemptTimeout, func() { timedOut.Store(true); cancel() })
+		timer = startTimer(r.policy.AttemptTimeout, cancel)
 	}
-	var rec wire.Recorder
+	rec := wire.New()
 	req, err := r.build(rec.WithContext(actx))
 	if err != nil {
+		timer.Stop()
 		if cancel != nil {
-			timer.Stop()
 			cancel()
 		}
 		return nil, Attempt{}, err
@@ -141,17 +144,15 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 
 	att := Attempt{Start: r.clock.Now()}
 	resp, err := r.send(req)
-	if timer != nil {
-		timer.Stop()
-	}
-	if err != nil && timedOut.Load() {
+	timer.Stop()
+	if err != nil && timer != nil && timer.fired.Load() {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
 	}
 	att.Duration = r.clock.Now().Sub(att.Start)
 	f := rec.Facts()
-	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: f.GotResponse}
-	if att.Wire.MayHaveReachedServer() && r.sent != nil {
-		r.sent(att.Start)
+	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil}
+	if att.Wire.MayHaveReachedServer() && r.in != nil {
+		r.in.markSent(att.Start)
 	}
 	if err != nil {
 		att.Err = err
@@ -165,6 +166,25 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	}
 	return resp, att, nil
+}
+
+// attemptTimer cancels an attempt that waits too long for its headers.
+type attemptTimer struct {
+	t     *time.Timer
+	fired atomic.Bool
+}
+
+func startTimer(d time.Duration, cancel context.CancelFunc) *attemptTimer {
+	at := &attemptTimer{}
+	at.t = time.AfterFunc(d, func() { at.fired.Store(true); cancel() })
+	return at
+}
+
+// Stop stops the timer; a nil timer is a no-op.
+func (at *attemptTimer) Stop() {
+	if at != nil {
+		at.t.Stop()
+	}
 }
 
 // nextWait decides how long to wait before the next attempt, or returns the
@@ -190,7 +210,7 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response, c Class) (time.
 		if r.bo == nil {
 			r.bo = r.policy.newBackOff()
 		}
-		wait = jittered(r.bo.NextBackOff(), r.rand(), r.policy.MaxDelay)
+		wait = jittered(r.bo.NextBackOff(), r.random(), r.policy.MaxDelay)
 	}
 	next := now.Add(wait)
 	if r.policy.MaxElapsed > 0 && next.Sub(r.start) > r.policy.MaxElapsed {
@@ -216,10 +236,49 @@ func (r *run) outcome() Outcome {
 	return NotApplied
 }
 
+// build returns the request of one attempt, with a fresh body.
+func (r *run) build(ctx context.Context) (*http.Request, error) {
+	if r.in != nil {
+		return r.c.request(ctx, r.in)
+	}
+	if !r.reqUsed { // the caller's own body goes out on the first attempt
+		r.reqUsed = true
+		return r.req.WithContext(ctx), nil
+	}
+	out := r.req.Clone(ctx)
+	if r.req.GetBody != nil {
+		body, err := r.req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("idem: replaying the request body: %w", err)
+		}
+		out.Body = body
+	}
+	return out, nil
+}
+
+// send sends one attempt's request.
+func (r *run) send(req *http.Request) (*http.Response, error) {
+	if r.hc != nil {
+		return r.hc.Do(req)
+	}
+	return r.base.RoundTrip(req)
+}
+
+// logsURL reports whether anything will want the URL as a string: a
+// Transport formats it only then.
+func (r *run) logsURL() bool { return r.obs.hook != nil || r.obs.logger != nil }
+
+func (r *run) random() float64 {
+	if r.rand != nil {
+		return r.rand()
+	}
+	return rand.Float64()
+}
+
 func (r *run) fail(o Outcome, reason string, retryAfter time.Duration, cause error) *Error {
 	e := &Error{
 		Method: r.method, URL: r.url, Outcome: o, Reason: reason,
-		RetryAfter: retryAfter, Attempts: r.attempts, Err: cause,
+		RetryAfter: retryAfter, Attempts: slices.Clone(r.attempts), Err: cause,
 	}
 	if n := len(r.attempts); n > 0 {
 		e.Status = r.attempts[n-1].Status

@@ -2,9 +2,7 @@ package idem
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 )
@@ -76,47 +74,35 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	r := &run{
+	r := run{
 		engine: engine{
 			policy: p, budget: t.budgetOrDefault(), deletePolicy: t.DeletePolicy,
-			clock: t.clockOrReal(), rand: t.random,
+			clock: t.clockOrReal(), rand: t.rand,
 			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt},
 		},
-		method: req.Method, url: req.URL.String(), hasKey: t.keyed(req),
-		send: base.RoundTrip,
+		method: req.Method, hasKey: t.keyed(req),
+		base: base, req: req,
 	}
 	if r.method == "" {
 		r.method = http.MethodGet
 	}
-	first := true
-	r.build = func(ctx context.Context) (*http.Request, error) {
-		if first { // the caller's own body goes out on the first attempt
-			first = false
-			return req.WithContext(ctx), nil
-		}
-		out := req.Clone(ctx)
-		if req.GetBody != nil {
-			body, err := req.GetBody()
-			if err != nil {
-				return nil, fmt.Errorf("idem: replaying the request body: %w", err)
-			}
-			out.Body = body
-		}
-		return out, nil
+	if r.logsURL() {
+		r.url = req.URL.String()
 	}
 	resp, d, e := r.loop(req.Context())
-	if first {
+	if !r.reqUsed {
 		closeBody(req) // no attempt took it
 	}
 	if e != nil && resp == nil {
-		r.obs.finish(req.Context(), r, e.Outcome, false, e)
+		e.URL = req.URL.String()
+		r.obs.finish(req.Context(), &r, e.Outcome, false, e)
 		return nil, e
 	}
 	out := d.Outcome
 	if e != nil {
 		out = e.Outcome
 	}
-	r.obs.finish(req.Context(), r, out, IsReplayed(resp.Header), e)
+	r.obs.finish(req.Context(), &r, out, IsReplayed(resp.Header), e)
 	return resp, nil
 }
 
@@ -145,13 +131,6 @@ func (t *Transport) clockOrReal() clock {
 		return t.clock
 	}
 	return realClock{}
-}
-
-func (t *Transport) random() float64 {
-	if t.rand != nil {
-		return t.rand()
-	}
-	return rand.Float64()
 }
 
 func closeBody(req *http.Request) {

@@ -1,7 +1,7 @@
 // Package wire records, through net/http/httptrace, what one HTTP attempt put
-// on the wire: whether a connection was obtained, whether the request headers
-// and the whole request were written, and whether a response began. Those facts
-// separate a request the server cannot have seen from one it may have acted on.
+// on the wire: whether a connection was obtained, and whether the request
+// headers and the whole request were written. Those facts separate a request
+// the server cannot have seen from one it may have acted on.
 package wire
 
 import (
@@ -19,24 +19,23 @@ type Facts struct {
 	WroteHeaders bool
 	// WroteRequest reports that the whole request was written without error.
 	WroteRequest bool
-	// GotResponse reports that a response's first byte arrived.
-	GotResponse bool
 }
 
 // Recorder collects the facts of one attempt. Its hooks run on net/http's
 // goroutines, so every field is atomic; a Recorder is safe for concurrent use.
-// The zero Recorder is ready to use.
+// Use New: a Recorder holds its own trace, so that recording an attempt costs
+// one allocation for the three hooks' state, not one per hook.
 type Recorder struct {
+	trace        httptrace.ClientTrace
 	conns        atomic.Int32
 	wroteHeaders atomic.Bool
 	wroteRequest atomic.Bool
-	gotResponse  atomic.Bool
 }
 
-// WithContext returns ctx carrying a trace that feeds r. Hooks of a trace
-// already in ctx keep running: httptrace composes them.
-func (r *Recorder) WithContext(ctx context.Context) context.Context {
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+// New returns a Recorder whose trace feeds it.
+func New() *Recorder {
+	r := &Recorder{}
+	r.trace = httptrace.ClientTrace{
 		GotConn:      func(httptrace.GotConnInfo) { r.conns.Add(1) },
 		WroteHeaders: func() { r.wroteHeaders.Store(true) },
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
@@ -44,8 +43,14 @@ func (r *Recorder) WithContext(ctx context.Context) context.Context {
 				r.wroteRequest.Store(true)
 			}
 		},
-		GotFirstResponseByte: func() { r.gotResponse.Store(true) },
-	})
+	}
+	return r
+}
+
+// WithContext returns ctx carrying r's trace. Hooks of a trace already in
+// ctx keep running: httptrace composes them.
+func (r *Recorder) WithContext(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &r.trace)
 }
 
 // Facts returns what r has recorded so far.
@@ -54,6 +59,5 @@ func (r *Recorder) Facts() Facts {
 		Conns:        int(r.conns.Load()),
 		WroteHeaders: r.wroteHeaders.Load(),
 		WroteRequest: r.wroteRequest.Load(),
-		GotResponse:  r.gotResponse.Load(),
 	}
 }
