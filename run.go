@@ -46,10 +46,10 @@ type run struct {
 	req     *http.Request
 	reqUsed bool // the caller's own request (and body) went out
 
-	start    time.Time
-	attempts []Attempt // the trail; copied out, never shared, so a run can live on the stack
-	ambiguous bool // an attempt so far was ambiguous
-	spent     int  // budget tokens spent by this run's retries
+	start     time.Time
+	attempts  []Attempt // the trail; copied out, never shared, so a run can live on the stack
+	ambiguous bool      // an attempt so far was ambiguous
+	spent     int       // budget tokens spent by this run's retries
 	bo        *backoff.ExponentialBackOff
 }
 
