@@ -30,6 +30,9 @@ var (
 	metaHWM    = []byte("hwm")
 )
 
+// recordsFill is the records bucket's bbolt FillPercent.
+const recordsFill = 0.9
+
 // schemaVersion is the layout version; Open refuses others.
 const schemaVersion = 1
 
@@ -47,6 +50,7 @@ func open(tx *bolt.Tx) (buckets, error) {
 		dst  **bolt.Bucket
 		name []byte
 	}{{&b.records, bucketRecords}, {&b.keys, bucketKeys}, {&b.meta, bucketMeta}}
+
 	for _, p := range ptrs {
 		if tx.Writable() {
 			bk, err := tx.CreateBucketIfNotExists(p.name)
@@ -59,6 +63,11 @@ func open(tx *bolt.Tx) (buckets, error) {
 		if *p.dst = tx.Bucket(p.name); *p.dst == nil {
 			return b, fmt.Errorf("%w: bucket %q missing", ErrDamaged, p.name)
 		}
+	}
+	if tx.Writable() {
+		// IDs only grow, so new records land on the last page: fill pages
+		// up instead of bbolt's half, which would double the file.
+		b.records.FillPercent = recordsFill
 	}
 	return b, nil
 }
