@@ -1,0 +1,266 @@
+// Command ratios reads the output of the bench benchmarks (go test -bench,
+// any number of files, any -count) and prints the ratios the project is
+// judged on, from the median of each benchmark's runs, beside their targets.
+//
+//	go run ./cmd/ratios results/*.txt
+//
+// It exits 0 whatever the ratios are: it reports, benchstat judges noise.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: ratios FILE...")
+		os.Exit(2)
+	}
+	s := samples{}
+	for _, name := range os.Args[1:] {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ratios:", err)
+			os.Exit(1)
+		}
+		err = s.read(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ratios: %s: %v\n", name, err)
+			os.Exit(1)
+		}
+	}
+	report(os.Stdout, s)
+}
+
+// samples maps a benchmark name (without the -GOMAXPROCS suffix) and a unit
+// to the values of its runs.
+type samples map[string]map[string][]float64
+
+var procs = regexp.MustCompile(`-\d+$`)
+
+// read adds the benchmark lines of r: name, iterations, then value-unit
+// pairs.
+func (s samples) read(r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || len(f)%2 != 0 {
+			continue
+		}
+		if _, err := strconv.Atoi(f[1]); err != nil {
+			continue
+		}
+		name := procs.ReplaceAllString(f[0], "")
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			if s[name] == nil {
+				s[name] = map[string][]float64{}
+			}
+			s[name][f[i+1]] = append(s[name][f[i+1]], v)
+		}
+	}
+	return sc.Err()
+}
+
+// median returns the median of name's unit, and whether there is one.
+func (s samples) median(name, unit string) (float64, bool) {
+	vs := slices.Clone(s[name][unit])
+	if len(vs) == 0 {
+		return 0, false
+	}
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2], true
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2, true
+}
+
+// target says what a ratio should be.
+type target struct {
+	max, min float64 // 0: no bound
+}
+
+func (t target) String() string {
+	switch {
+	case t.max > 0:
+		return fmt.Sprintf("<= %.2f", t.max)
+	case t.min > 0:
+		return fmt.Sprintf(">= %.2f", t.min)
+	}
+	return ""
+}
+
+func (t target) verdict(v float64) string {
+	switch {
+	case t.max > 0 && v > t.max, t.min > 0 && v < t.min:
+		return "MISSED"
+	case t.max > 0 || t.min > 0:
+		return "met"
+	}
+	return ""
+}
+
+const (
+	overhead   = "BenchmarkOverhead/op=%s/client=%s"
+	clientCost = "BenchmarkClientCost/op=%s/client=%s"
+	enqueue    = "BenchmarkEnqueue/impl=%s/producers=%d"
+	depth      = "BenchmarkEnqueueDepth/depth=%s"
+	fault      = "BenchmarkFault/client=%s"
+	outage     = "BenchmarkOutage/fault=%s/client=%s"
+)
+
+var clients = []string{"raw", "retryablehttp", "resty", "idem-do", "idem-transport"}
+
+func report(w io.Writer, s samples) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ratio\tvalue\ttarget\tverdict\tfrom (medians)")
+	row := func(label string, num, den string, unit string, t target, invert bool) {
+		a, okA := s.median(num, unit)
+		b, okB := s.median(den, unit)
+		if !okA || !okB || b == 0 || a == 0 {
+			fmt.Fprintf(tw, "%s\tn/a\t%s\t\tmissing %s or %s\n", label, t, short(num), short(den))
+			return
+		}
+		v := a / b
+		if invert { // a rate ratio from times: den's time over num's
+			v = b / a
+		}
+		fmt.Fprintf(tw, "%s\t%.3fx\t%s\t%s\t%s %s / %s %s\n", label, v, t, t.verdict(v), fmtV(a), unit, fmtV(b), unit)
+	}
+	for _, op := range []string{"POST", "GET"} {
+		do := fmt.Sprintf(overhead, op, "idem-do")
+		row("idem Do / raw, "+op+" time", do, fmt.Sprintf(overhead, op, "raw"), "ns/op", target{max: 1.15}, false)
+		row("idem Do / retryablehttp, "+op+" time", do, fmt.Sprintf(overhead, op, "retryablehttp"), "ns/op", target{max: 1.0}, false)
+		row("idem Do / resty, "+op+" time", do, fmt.Sprintf(overhead, op, "resty"), "ns/op", target{}, false)
+		row("Transport / raw, "+op+" time", fmt.Sprintf(overhead, op, "idem-transport"), fmt.Sprintf(overhead, op, "raw"), "ns/op", target{}, false)
+		row("idem Do / raw, "+op+" CPU", do, fmt.Sprintf(overhead, op, "raw"), "cpu-ns/op", target{}, false)
+		row("idem Do / retryablehttp, "+op+" CPU", do, fmt.Sprintf(overhead, op, "retryablehttp"), "cpu-ns/op", target{}, false)
+		cost := fmt.Sprintf(clientCost, op, "idem-do")
+		row("idem Do / raw, "+op+" in-memory time", cost, fmt.Sprintf(clientCost, op, "raw"), "ns/op", target{}, false)
+		row("idem Do / retryablehttp, "+op+" in-memory time", cost, fmt.Sprintf(clientCost, op, "retryablehttp"), "ns/op", target{}, false)
+		row("idem Do / raw, "+op+" allocs", do, fmt.Sprintf(overhead, op, "raw"), "allocs/op", target{}, false)
+		row("idem Do / raw, "+op+" bytes", do, fmt.Sprintf(overhead, op, "raw"), "B/op", target{}, false)
+	}
+	row("queue enqueue rate, 1 producer / raw bolt Update", fmt.Sprintf(enqueue, "queue", 1), fmt.Sprintf(enqueue, "bolt-update", 1), "ns/op", target{min: 0.9}, true)
+	row("queue enqueue rate, 64 producers / 1 producer", fmt.Sprintf(enqueue, "queue", 64), fmt.Sprintf(enqueue, "queue", 1), "ns/op", target{min: 5}, true)
+	row("busy producers (50µs each) rate, 64 / 1", fmt.Sprintf(enqueue, "queue-busy", 64), fmt.Sprintf(enqueue, "queue-busy", 1), "ns/op", target{}, true)
+	row("raw bolt rate, Batch 64 / Update 1", fmt.Sprintf(enqueue, "bolt-batch", 64), fmt.Sprintf(enqueue, "bolt-update", 1), "ns/op", target{}, true)
+	row("queue keyed enqueue rate, 1 producer / raw bolt Update", fmt.Sprintf(enqueue, "queue-keyed", 1), fmt.Sprintf(enqueue, "bolt-update", 1), "ns/op", target{}, true)
+	for _, d := range depths(s) {
+		if d == "1k" {
+			continue
+		}
+		t := target{}
+		if d == "1M" {
+			t = target{max: 1.5}
+		}
+		row("enqueue time at "+d+" / at 1k queued", fmt.Sprintf(depth, d), fmt.Sprintf(depth, "1k"), "ns/op", t, false)
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "client\tfault: dups/10k\tfault: attempts/op\tfault: errors/10k\trefused: attempts/op\t503: attempts/op\trefused: retries/op\t503: retries/op\t")
+	for _, c := range clients {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c,
+			med(s, fmt.Sprintf(fault, c), "dups/10k"), med(s, fmt.Sprintf(fault, c), "attempts/op"),
+			med(s, fmt.Sprintf(fault, c), "errors/10k"),
+			med(s, fmt.Sprintf(outage, "refused", c), "attempts/op"), med(s, fmt.Sprintf(outage, "503", c), "attempts/op"),
+			med(s, fmt.Sprintf(outage, "refused", c), "retries/op"), med(s, fmt.Sprintf(outage, "503", c), "retries/op"))
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "queue\tenqueue ns/op\tRSS MB\theap in use MB\tGo sys MB\tfile MB\t")
+	for _, d := range depths(s) {
+		n := fmt.Sprintf(depth, d)
+		fmt.Fprintf(tw, "%s queued\t%s\t%s\t%s\t%s\t%s\t\n", d, med(s, n, "ns/op"), med(s, n, "rss-MB"), med(s, n, "heap-MB"), med(s, n, "sys-MB"), med(s, n, "file-MB"))
+	}
+	for _, l := range []string{"1", "64"} {
+		n := "BenchmarkDrain/lanes=" + l
+		if _, ok := s.median(n, "intents/s"); ok {
+			fmt.Fprintf(tw, "drain, %s lane(s)\t%s\t%s intents/s\t\t\t\t\n", l, med(s, n, "ns/op"), med(s, n, "intents/s"))
+		}
+	}
+	tw.Flush()
+}
+
+// depths lists the depths measured, shallowest first.
+func depths(s samples) []string {
+	type d struct {
+		name string
+		n    float64
+	}
+	var ds []d
+	for name := range s {
+		v, ok := strings.CutPrefix(name, "BenchmarkEnqueueDepth/depth=")
+		if !ok {
+			continue
+		}
+		mult := 1.0
+		num := v
+		switch {
+		case strings.HasSuffix(v, "k"):
+			num, mult = v[:len(v)-1], 1e3
+		case strings.HasSuffix(v, "M"):
+			num, mult = v[:len(v)-1], 1e6
+		}
+		n, err := strconv.ParseFloat(num, 64)
+		if err == nil {
+			ds = append(ds, d{v, n * mult})
+		}
+	}
+	slices.SortFunc(ds, func(a, b d) int {
+		switch {
+		case a.n < b.n:
+			return -1
+		case a.n > b.n:
+			return 1
+		}
+		return 0
+	})
+	out := make([]string, len(ds))
+	for i, x := range ds {
+		out[i] = x.name
+	}
+	return out
+}
+
+func med(s samples, name, unit string) string {
+	v, ok := s.median(name, unit)
+	if !ok {
+		return "-"
+	}
+	return fmtV(v)
+}
+
+func fmtV(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 1000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case v >= 0.01:
+		return strconv.FormatFloat(v, 'f', 4, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func short(name string) string { return strings.TrimPrefix(name, "Benchmark") }

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+BenchmarkOverhead/op=POST/client=raw-2         	   10000	    100 ns/op	  7000 B/op	  84 allocs/op
+BenchmarkOverhead/op=POST/client=raw-2         	   10000	    300 ns/op	  7000 B/op	  84 allocs/op
+BenchmarkOverhead/op=POST/client=raw-2         	   10000	    200 ns/op	  7000 B/op	  84 allocs/op
+BenchmarkOverhead/op=POST/client=idem-do-2     	   10000	    220 ns/op	  9000 B/op	 112 allocs/op
+BenchmarkEnqueue/impl=bolt-update/producers=1-2	     100	   1000 ns/op
+BenchmarkEnqueue/impl=queue/producers=1-2      	     100	   2000 ns/op
+--- BENCH: BenchmarkEnqueueDepth/depth=1k-2
+    queue_test.go:261: queued 1k intents with 64 producers in 222ms (4497/s)
+BenchmarkEnqueueDepth/depth=1k-2  	     300	   1000 ns/op	         1.000 file-MB
+BenchmarkEnqueueDepth/depth=1M-2  	     300	   1400 ns/op	       500.0 file-MB
+PASS
+`
+
+func TestRead(t *testing.T) {
+	s := samples{}
+	if err := s.read(strings.NewReader(sample)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, unit string
+		want       float64
+	}{
+		{"BenchmarkOverhead/op=POST/client=raw", "ns/op", 200},
+		{"BenchmarkOverhead/op=POST/client=raw", "allocs/op", 84},
+		{"BenchmarkEnqueueDepth/depth=1M", "file-MB", 500},
+	} {
+		if got, ok := s.median(tt.name, tt.unit); !ok || got != tt.want {
+			t.Errorf("median(%s, %s) = %v, %v, want %v", tt.name, tt.unit, got, ok, tt.want)
+		}
+	}
+	if got, want := depths(s), []string{"1k", "1M"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("depths = %v, want %v", got, want)
+	}
+}
+
+func TestReport(t *testing.T) {
+	s := samples{}
+	if err := s.read(strings.NewReader(sample)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	report(&out, s)
+	for _, want := range [][]string{
+		{"idem", "Do", "/", "raw,", "POST", "time", "1.100x", "<=", "1.15", "met"},
+		{"queue", "enqueue", "rate,", "1", "producer", "/", "raw", "bolt", "Update", "0.500x", ">=", "0.90", "MISSED"},
+		{"enqueue", "time", "at", "1M", "/", "at", "1k", "queued", "1.400x", "<=", "1.50", "met"},
+	} {
+		found := false
+		for _, line := range strings.Split(out.String(), "\n") {
+			if f := strings.Fields(line); len(f) >= len(want) && strings.Join(f[:len(want)], " ") == strings.Join(want, " ") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("report lacks %q; got:\n%s", strings.Join(want, " "), out.String())
+		}
+	}
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Runs every benchmark of bench/ in full, writes the raw output under
+# results/<UTC time>/, compares with benchstat and prints the ratios the
+# project is judged on. About 25 minutes on 2 cores, most of it the outage
+# windows and the 1M-record prefill.
+#
+# Each comparison runs in rounds: one process per round runs every client (or
+# implementation, or depth) once, so that drift and noise from the rest of the
+# machine fall on all of them alike; the rounds are the samples benchstat sees.
+#
+# Environment:
+#   COUNT=10         rounds of the overhead, enqueue and depth benchmarks
+#   SLOW_COUNT=6     rounds of the fault, outage and drain benchmarks
+#   OUTAGE=10s       each client's outage window
+#   DEPTHS=1k,100k,1M  queue depths; IDEM_BENCH_SKIP_1M=1 drops 1M
+#   IDEM_BENCH_CACHE=DIR  keep the prefilled queue files there (reused by a
+#                    later run); by default they go to a temporary folder that
+#                    is removed at the end
+#   PROFILES=1       also write CPU profiles of the judged paths (0: none)
+#   PHASES="overhead clientcost enqueue depth drain fault outage"  the
+#                    benchmarks to run, by default all
+set -euo pipefail
+cd "$(dirname "$0")"
+
+COUNT=${COUNT:-10}
+SLOW_COUNT=${SLOW_COUNT:-6}
+OUTAGE=${OUTAGE:-10s}
+DEPTHS=${DEPTHS:-1k,100k,1M}
+PROFILES=${PROFILES:-1}
+PHASES=" ${PHASES:-overhead clientcost enqueue depth drain fault outage} "
+BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+if [[ "${IDEM_BENCH_SKIP_1M:-0}" == 1 ]]; then
+	DEPTHS=$(tr ',' '\n' <<<"$DEPTHS" | grep -vx 1M | paste -sd, -)
+fi
+
+out="results/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [[ -z "${IDEM_BENCH_CACHE:-}" ]]; then
+	export IDEM_BENCH_CACHE="$tmp/depth"
+fi
+export IDEM_BENCH_SMOKE=0 IDEM_BENCH_OUTAGE="$OUTAGE" IDEM_BENCH_DEPTHS="$DEPTHS"
+
+log() { printf '== %s  load %s  %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1 /proc/loadavg)" "$*"; }
+
+{
+	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+	echo "cores: $(nproc)"
+	echo "go: $(go version)"
+	echo "kernel: $(uname -sr)"
+	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+	echo "uncommitted files: $(git status --porcelain -- .. 2>/dev/null | wc -l)"
+	echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "settings: COUNT=$COUNT SLOW_COUNT=$SLOW_COUNT OUTAGE=$OUTAGE DEPTHS=$DEPTHS PHASES=$PHASES"
+} | tee "$out/machine.txt"
+
+log "building"
+go test -c -o "$tmp/bench.test" .
+GOBIN="$tmp" go install "$BENCHSTAT"
+
+# bench FILE ARGS...: one process, its output appended to FILE; only result
+# lines are shown.
+bench() {
+	local file=$1
+	shift
+	"$tmp/bench.test" -test.run '^$' -test.timeout 0 "$@" >>"$out/$file" 2>&1 || {
+		echo "bench.test $* failed; see $out/$file" >&2
+		tail -20 "$out/$file" >&2
+		exit 1
+	}
+}
+
+phase() { [[ "$PHASES" == *" $1 "* ]]; }
+
+if phase overhead; then
+	log "overhead: $COUNT rounds"
+	for ((i = 1; i <= COUNT; i++)); do
+		bench overhead.txt -test.bench '^BenchmarkOverhead$' -test.benchmem -test.benchtime 1s
+	done
+fi
+
+if phase clientcost; then
+	log "client cost without network: $COUNT rounds"
+	for ((i = 1; i <= COUNT; i++)); do
+		bench clientcost.txt -test.bench '^BenchmarkClientCost$' -test.benchmem -test.benchtime 1s
+	done
+fi
+
+if phase enqueue; then
+	log "enqueue: $COUNT rounds"
+	for ((i = 1; i <= COUNT; i++)); do
+		bench enqueue.txt -test.bench '^BenchmarkEnqueue$' -test.benchtime 1s
+	done
+fi
+
+if phase depth; then
+	log "queue depths $DEPTHS: prefill (not measured)"
+	bench prefill.log -test.bench '^BenchmarkEnqueueDepth$' -test.benchtime 1x -test.v
+	grep -h 'queued\|opened' "$out/prefill.log" || true
+	log "queue depths: $COUNT rounds"
+	for ((i = 1; i <= COUNT; i++)); do
+		bench depth.txt -test.bench '^BenchmarkEnqueueDepth$' -test.benchtime 300x
+	done
+fi
+
+if phase drain; then
+	log "drain: $SLOW_COUNT rounds"
+	for ((i = 1; i <= SLOW_COUNT; i++)); do
+		bench drain.txt -test.bench '^BenchmarkDrain$' -test.benchtime 1s
+	done
+fi
+
+if phase fault; then
+	log "fault: $SLOW_COUNT rounds of 10,000 POSTs per client"
+	for ((i = 1; i <= SLOW_COUNT; i++)); do
+		bench fault.txt -test.bench '^BenchmarkFault$' -test.benchtime 10000x
+	done
+fi
+
+if phase outage; then
+	log "outage: $SLOW_COUNT rounds of $OUTAGE per client and fault"
+	for ((i = 1; i <= SLOW_COUNT; i++)); do
+		bench outage.txt -test.bench '^BenchmarkOutage$' -test.benchtime 1x
+	done
+fi
+
+if [[ "$PROFILES" == 1 ]]; then
+	log "CPU profiles"
+	deepest=${DEPTHS##*,}
+	while read -r name pattern benchtime; do
+		bench "profile-$name.txt" -test.bench "$pattern" -test.benchtime "$benchtime" \
+			-test.cpuprofile "$out/cpu-$name.pprof" -test.outputdir .
+	done <<-EOF
+		overhead-post-raw ^BenchmarkOverhead$/^op=POST$/^client=raw$ 10s
+		overhead-post-idem-do ^BenchmarkOverhead$/^op=POST$/^client=idem-do$ 10s
+		overhead-get-raw ^BenchmarkOverhead$/^op=GET$/^client=raw$ 10s
+		overhead-get-idem-do ^BenchmarkOverhead$/^op=GET$/^client=idem-do$ 10s
+		enqueue-bolt-update ^BenchmarkEnqueue$/^impl=bolt-update$/^producers=1$ 3s
+		enqueue-queue-1 ^BenchmarkEnqueue$/^impl=queue$/^producers=1$ 3s
+		enqueue-queue-64 ^BenchmarkEnqueue$/^impl=queue$/^producers=64$ 3s
+		depth-$deepest ^BenchmarkEnqueueDepth$/^depth=$deepest$ 1000x
+	EOF
+	cp "$tmp/bench.test" "$out/bench.test" # pprof needs the binary
+fi
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
+
+log "benchstat"
+for f in overhead:"-col /client" clientcost:"-col /client" enqueue: depth:"-col /depth" drain: fault:"-col /client" outage:"-col /client"; do
+	name=${f%%:*}
+	if [[ -s "$out/$name.txt" ]]; then
+		# shellcheck disable=SC2086 # the options are words
+		"$tmp/benchstat" ${f#*:} "$out/$name.txt"
+	fi
+done >"$out/benchstat.txt" 2>&1
+cat "$out/benchstat.txt"
+
+log "summary (medians of the rounds; benchstat above shows their spread)"
+files=()
+for name in overhead clientcost enqueue depth drain fault outage; do
+	if [[ -s "$out/$name.txt" ]]; then
+		files+=("$out/$name.txt")
+	fi
+done
+go run ./cmd/ratios "${files[@]}" | tee "$out/summary.txt"
+echo
+echo "raw output, benchstat and summary: $out"
