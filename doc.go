@@ -47,7 +47,9 @@
 //     intent is safe.
 //   - Unknown: an attempt was ambiguous and nothing later settled it. An
 //     *Error matching ErrOutcomeUnknown: reconcile, do not resubmit under a
-//     new key.
+//     new key. Once an attempt was ambiguous only a success settles it: a
+//     later 4xx proves that attempt did nothing, not the earlier one. An
+//     Intent remembers this across calls to Do.
 //
 // # Caveats
 //
@@ -62,5 +64,11 @@
 // net/http itself resends a request carrying an Idempotency-Key header when a
 // reused connection fails before any answer, and resends HTTP/2 streams the
 // server refused or never processed (REFUSED_STREAM, above a GOAWAY's last
-// stream id). Attempt.Wire.Conns counts those connections.
+// stream id). Attempt.Wire.Conns counts those connections, and
+// Stats.Attempts counts them as sends.
+//
+// For existing *http.Client code, Transport applies the same decisions
+// without an Intent; it never makes up a key. The queue package keeps intents
+// on disk and sends them after outages and restarts, never past the time the
+// server keeps their keys.
 package idem
