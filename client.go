@@ -216,14 +216,15 @@ func (c *Client) Stats() Stats { return c.metrics.stats(c.budgetOrDefault()) }
 // request builds the request of one attempt: the intent's bytes and headers,
 // the key, and fresh credentials.
 func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error) {
-	// Built by hand from the URL the intent parsed once: NewRequest would
-	// parse it again on every attempt.
-	u := *in.u
-	req := &http.Request{
-		Method: in.method, URL: &u, Host: u.Host,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: make(http.Header, len(in.header)+2),
+	// From the URL the intent parsed once: given the URL, NewRequest would
+	// parse it again on every attempt. Given "", it parses nothing and
+	// allocates the URL this copies the intent's into.
+	req, err := http.NewRequestWithContext(ctx, in.method, "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("idem: building request: %w", err)
 	}
+	*req.URL = *in.u
+	req.Host = in.u.Host
 	for k, vs := range in.header {
 		req.Header[k] = vs // clipped at NewIntent: an append here copies
 	}
@@ -238,7 +239,6 @@ func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error)
 	if in.key != "" {
 		req.Header[c.keyHeader()] = []string{c.keyValue(in.key)}
 	}
-	req = req.WithContext(ctx)
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {
 			return nil, fmt.Errorf("idem: authorize: %w", err)
