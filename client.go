@@ -59,7 +59,9 @@ type Client struct {
 	// Authorize, if not nil, is called on every attempt to add credentials
 	// to the request (Authorization, Cookie ...), so an intent never stores a
 	// secret and a late attempt carries fresh credentials. An error ends the
-	// intent and is wrapped in the *Error.
+	// intent and is wrapped in the *Error. The request's header value lists
+	// are the intent's own: set, add or delete headers, never write into a
+	// value list in place.
 	Authorize func(ctx context.Context, req *http.Request) error
 	// KeyHeader names the header carrying the key. If empty,
 	// DefaultKeyHeader is used.
@@ -225,8 +227,8 @@ func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error)
 	}
 	*req.URL = *in.u
 	req.Host = in.u.Host
-	for k, vs := range in.header {
-		req.Header[k] = vs // clipped at NewIntent: an append here copies
+	for _, f := range in.header {
+		req.Header[f.name] = f.values // clipped at NewIntent: an append here copies
 	}
 	if in.body != nil {
 		body := in.body
@@ -236,8 +238,12 @@ func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error)
 		// does for NewRequest's bodies.
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
-	if in.key != "" {
-		req.Header[c.keyHeader()] = []string{c.keyValue(in.key)}
+	if in.key[0] != "" {
+		if c.KeyFormat == KeySFString {
+			req.Header[c.keyHeader()] = []string{c.keyValue(in.key[0])}
+		} else {
+			req.Header[c.keyHeader()] = in.keyValues()
+		}
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {

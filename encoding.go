@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"net/http"
 	"time"
 )
 
@@ -29,17 +28,17 @@ const (
 // form is versioned and ends in a CRC-32C of the rest.
 func (in *Intent) MarshalBinary() ([]byte, error) {
 	n := len(encodingMagic) + 1 + 4*binary.MaxVarintLen64 + len(in.method) + len(in.url) +
-		len(in.key) + len(in.lane) + 3*binary.MaxVarintLen64 + len(in.body) + 4
-	for k, vs := range in.header {
-		n += 2*binary.MaxVarintLen64 + len(k)
-		for _, v := range vs {
+		len(in.key[0]) + len(in.lane) + 3*binary.MaxVarintLen64 + len(in.body) + 4
+	for _, f := range in.header {
+		n += 2*binary.MaxVarintLen64 + len(f.name)
+		for _, v := range f.values {
 			n += binary.MaxVarintLen64 + len(v)
 		}
 	}
 	b := make([]byte, 0, n)
 	b = append(b, encodingMagic...)
 	b = append(b, encodingVersion)
-	for _, s := range [...]string{in.method, in.url, in.key, in.lane} {
+	for _, s := range [...]string{in.method, in.url, in.key[0], in.lane} {
 		b = appendString(b, s)
 	}
 	var flags uint64
@@ -53,10 +52,10 @@ func (in *Intent) MarshalBinary() ([]byte, error) {
 	b = binary.AppendVarint(b, unixNano(in.createdAt))
 	b = binary.AppendVarint(b, in.firstSentAt.Load())
 	b = binary.AppendUvarint(b, uint64(len(in.header)))
-	for k, vs := range in.header {
-		b = appendString(b, k)
-		b = binary.AppendUvarint(b, uint64(len(vs)))
-		for _, v := range vs {
+	for _, f := range in.header {
+		b = appendString(b, f.name)
+		b = binary.AppendUvarint(b, uint64(len(f.values)))
+		for _, v := range f.values {
 			b = appendString(b, v)
 		}
 	}
@@ -108,7 +107,7 @@ func (in *Intent) UnmarshalBinary(data []byte) error {
 }
 
 // restore validates decoded fields as NewIntent would and sets them.
-func (in *Intent) restore(method, url, key, lane string, created, firstSent int64, header http.Header, body []byte) error {
+func (in *Intent) restore(method, url, key, lane string, created, firstSent int64, header []field, body []byte) error {
 	opts := make([]IntentOption, 0, 2+len(header))
 	if key != "" {
 		opts = append(opts, WithKey(key))
@@ -116,8 +115,8 @@ func (in *Intent) restore(method, url, key, lane string, created, firstSent int6
 		opts = append(opts, WithoutKey())
 	}
 	opts = append(opts, WithLane(lane))
-	for k, vs := range header {
-		opts = append(opts, withHeaderValues(k, vs))
+	for _, f := range header {
+		opts = append(opts, withHeaderValues(f.name, f.values))
 	}
 	fresh, err := newIntent(method, url, body, timeFromNano(created), opts)
 	if err != nil {
@@ -207,20 +206,21 @@ func (d *decoder) string() string {
 	return s
 }
 
-func (d *decoder) header() http.Header {
+func (d *decoder) header() []field {
 	// Each name and value takes at least one byte, which bounds the counts
 	// by the data left and keeps a hostile count from allocating.
 	names := d.uvarint(-1, "header count")
 	if d.err != nil || names == 0 {
 		return nil
 	}
-	h := make(http.Header, names)
+	h := make([]field, 0, names)
 	for range names {
-		k := d.string()
+		f := field{name: d.string()}
 		nv := d.uvarint(-1, "value count")
 		for range nv {
-			h[k] = append(h[k], d.string())
+			f.values = append(f.values, d.string())
 		}
+		h = append(h, f)
 		if d.err != nil {
 			return nil
 		}

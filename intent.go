@@ -40,10 +40,10 @@ type Intent struct {
 	method    string
 	url       string
 	u         *url.URL // url parsed; copied for each request
-	header    http.Header
+	header    []field  // canonical names, each once, in the order first added
 	body      []byte
-	key       string
-	supplied  bool // the key came from WithKey rather than uuid.New
+	key       [1]string // an array, which every request shares as its header's value list
+	supplied  bool      // the key came from WithKey rather than uuid.New
 	lane      string
 	createdAt time.Time
 
@@ -62,7 +62,8 @@ type intentConfig struct {
 	key         string
 	hasKey      bool
 	noKey       bool
-	header      http.Header
+	header      []field
+	index       map[string]int // position in header by name, once there are many
 	headerBytes int
 	lane        string
 	now         time.Time
@@ -126,11 +127,51 @@ func WithHeader(name, value string) IntentOption {
 		if err := c.addHeaderBytes(len(name) + len(value) + 4); err != nil {
 			return err
 		}
-		if c.header == nil {
-			c.header = make(http.Header)
-		}
-		c.header.Add(name, value)
+		c.addHeader(http.CanonicalHeaderKey(name), []string{value})
 		return nil
+	}
+}
+
+// field is one header of an intent: a slice of them costs less to build and
+// to copy into each request than an http.Header map, for the few headers an
+// intent has.
+type field struct {
+	name   string
+	values []string
+}
+
+// maxScan is how many headers addHeader searches one by one before it keeps
+// an index: decoding an intent with thousands must stay linear.
+const maxScan = 8
+
+// addHeader adds values, which it keeps, to the header canon.
+func (c *intentConfig) addHeader(canon string, values []string) {
+	i := -1
+	if c.index != nil {
+		if j, ok := c.index[canon]; ok {
+			i = j
+		}
+	} else {
+		for j := range c.header {
+			if c.header[j].name == canon {
+				i = j
+				break
+			}
+		}
+	}
+	if i >= 0 {
+		c.header[i].values = append(c.header[i].values, values...)
+		return
+	}
+	c.header = append(c.header, field{name: canon, values: values})
+	switch {
+	case c.index != nil:
+		c.index[canon] = len(c.header) - 1
+	case len(c.header) > maxScan:
+		c.index = make(map[string]int, 2*len(c.header))
+		for j, f := range c.header {
+			c.index[f.name] = j
+		}
 	}
 }
 
@@ -162,11 +203,7 @@ func withHeaderValues(name string, values []string) IntentOption {
 				return err
 			}
 		}
-		if c.header == nil {
-			c.header = make(http.Header)
-		}
-		canon := http.CanonicalHeaderKey(name)
-		c.header[canon] = append(c.header[canon], values...)
+		c.addHeader(http.CanonicalHeaderKey(name), slices.Clone(values))
 		return nil
 	}
 }
@@ -222,17 +259,17 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if !safe && !c.hasKey && !c.noKey {
 		c.key = newKey()
 	}
-	for k, vs := range c.header {
+	for i := range c.header {
 		// Full slices: a value appended by Client.Authorize to a request's
 		// header, which shares them, can never land in the intent's.
-		c.header[k] = slices.Clip(vs)
+		c.header[i].values = slices.Clip(c.header[i].values)
 	}
 	in := &Intent{
 		method:    method,
 		url:       rawURL,
 		u:         u,
 		header:    c.header,
-		key:       c.key,
+		key:       [1]string{c.key},
 		supplied:  c.hasKey,
 		lane:      c.lane,
 		createdAt: c.now.Round(0),
@@ -254,6 +291,11 @@ func newKey() string {
 	return u.String()
 }
 
+// keyValues returns the key as a header value list, shared by every request
+// of the intent as its other header values are: full, so that an append
+// copies.
+func (in *Intent) keyValues() []string { return in.key[:1:1] }
+
 // Method returns the request method.
 func (in *Intent) Method() string { return in.method }
 
@@ -261,10 +303,10 @@ func (in *Intent) Method() string { return in.method }
 func (in *Intent) URL() string { return in.url }
 
 // Key returns the idempotency key, or "" for a safe method, which has none.
-func (in *Intent) Key() string { return in.key }
+func (in *Intent) Key() string { return in.key[0] }
 
 // HasKey reports whether the intent carries an idempotency key.
-func (in *Intent) HasKey() bool { return in.key != "" }
+func (in *Intent) HasKey() bool { return in.key[0] != "" }
 
 // KeySupplied reports whether the key was given with WithKey rather than
 // generated. A generated key is new by construction (122 random bits); only a
@@ -290,7 +332,16 @@ func (in *Intent) Body() []byte {
 func (in *Intent) BodyLen() int { return len(in.body) }
 
 // Header returns a copy of the intent's headers; nil when it has none.
-func (in *Intent) Header() http.Header { return in.header.Clone() }
+func (in *Intent) Header() http.Header {
+	if len(in.header) == 0 {
+		return nil
+	}
+	h := make(http.Header, len(in.header))
+	for _, f := range in.header {
+		h[f.name] = slices.Clone(f.values)
+	}
+	return h
+}
 
 // FirstSentAt returns when an attempt of this intent first may have reached
 // the server (its headers were written to a connection), or the zero Time if
@@ -317,10 +368,10 @@ func (in *Intent) markSent(t time.Time) {
 // presents the same key downstream and is not applied twice. It returns "" for
 // an intent without a key. See DeriveKey.
 func (in *Intent) Derive(phase string) string {
-	if in.key == "" {
+	if in.key[0] == "" {
 		return ""
 	}
-	return DeriveKey(in.key, phase)
+	return DeriveKey(in.key[0], phase)
 }
 
 // deriveNamespace is the UUIDv5 namespace of derived keys. Changing it

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -325,12 +326,12 @@ func TestUnmarshalHugeHeaders(t *testing.T) {
 	in, err := NewIntent("POST", "http://h/", nil)
 	require.NoError(t, err)
 	name := strings.Repeat("n", 200)
-	in.header = http.Header{name: make([]string, 32000)} // crafted past NewIntent's checks
-	many := http.Header{}
+	one := []field{{name: name, values: make([]string, 32000)}} // crafted past NewIntent's checks
+	var many []field
 	for i := range 20000 {
-		many[fmt.Sprintf("X-H-%d", i)] = []string{"v"}
+		many = append(many, field{name: fmt.Sprintf("X-H-%d", i), values: []string{"v"}})
 	}
-	for _, h := range []http.Header{in.header, many} {
+	for _, h := range [][]field{one, many} {
 		in.header = h
 		data, err := in.MarshalBinary()
 		require.NoError(t, err)
@@ -338,5 +339,43 @@ func TestUnmarshalHugeHeaders(t *testing.T) {
 		err = out.UnmarshalBinary(data)
 		assert.ErrorIs(t, err, ErrInvalidIntent)
 		assert.ErrorContains(t, err, "headers take over")
+	}
+}
+
+// TestIntentHeaderMerge: names differing in case are one header, values keep
+// their order, past the point where the intent indexes its headers too, and
+// the headers survive encoding and reach the request.
+func TestIntentHeaderMerge(t *testing.T) {
+	for _, n := range []int{1, maxScan + 4} {
+		opts := []IntentOption{WithHeader("x-a", "1")}
+		for i := range n {
+			opts = append(opts, WithHeader(fmt.Sprintf("x-f%d", i), "v"))
+		}
+		opts = append(opts, WithHeader("X-A", "2"), withHeaderValues("X-a", []string{"3", "4"}))
+		in, err := NewIntent("POST", "http://h/x", nil, opts...)
+		require.NoError(t, err)
+		want := http.Header{"X-A": {"1", "2", "3", "4"}}
+		for i := range n {
+			want[http.CanonicalHeaderKey(fmt.Sprintf("x-f%d", i))] = []string{"v"}
+		}
+		assert.Equal(t, want, in.Header(), "%d other headers", n)
+
+		data, err := in.MarshalBinary()
+		require.NoError(t, err)
+		var out Intent
+		require.NoError(t, out.UnmarshalBinary(data))
+		assert.Equal(t, want, out.Header(), "%d other headers, decoded", n)
+
+		req, err := (&Client{}).request(context.Background(), &out)
+		require.NoError(t, err)
+		for k, vs := range want {
+			assert.Equal(t, vs, req.Header[k], k)
+		}
+		req.Header["X-A"] = append(req.Header["X-A"], "5")
+		assert.Equal(t, []string{"1", "2", "3", "4"}, out.Header()["X-A"], "a request's append must not reach the intent")
+		key := out.Key()
+		req.Header[DefaultKeyHeader] = append(req.Header[DefaultKeyHeader], "other")
+		req.Header[DefaultKeyHeader][0] = "changed"
+		assert.Equal(t, key, out.Key(), "a request's key header must not reach the intent")
 	}
 }

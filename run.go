@@ -46,7 +46,6 @@ type run struct {
 	req     *http.Request
 	reqUsed bool // the caller's own request (and body) went out
 
-	start     time.Time
 	attempts  []Attempt // the trail; copied out, never shared, so a run can live on the stack
 	ambiguous bool      // an attempt so far was ambiguous
 	spent     int       // budget tokens spent by this run's retries
@@ -58,7 +57,6 @@ type run struct {
 // and the last response if one came and is still unread, for the caller to
 // drain or pass on.
 func (r *run) loop(ctx context.Context) (*http.Response, Decision, *Error) {
-	r.start = r.clock.Now()
 	for {
 		resp, d, err := r.step(ctx)
 		if err != nil { // the attempt could not be made at all
@@ -213,7 +211,7 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response, c Class) (time.
 		wait = jittered(r.bo.NextBackOff(), r.random(), r.policy.MaxDelay)
 	}
 	next := now.Add(wait)
-	if r.policy.MaxElapsed > 0 && next.Sub(r.start) > r.policy.MaxElapsed {
+	if r.policy.MaxElapsed > 0 && next.Sub(r.attempts[0].Start) > r.policy.MaxElapsed {
 		return 0, r.fail(out, fmt.Sprintf("max elapsed time %v reached", r.policy.MaxElapsed), 0, ErrAttemptsExhausted)
 	}
 	if dl, ok := ctx.Deadline(); ok && !next.Before(dl) {
