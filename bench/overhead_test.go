@@ -37,7 +37,11 @@ func BenchmarkOverhead(b *testing.B) {
 		body   []byte
 	}{{http.MethodPost, payload}, {http.MethodGet, nil}}
 	for _, op := range ops {
-		for _, m := range peers() {
+		ms := peers()
+		if op.method == http.MethodPost {
+			ms = append(ms, keyedPeers()...)
+		}
+		for _, m := range ms {
 			b.Run("op="+op.method+"/client="+m.name, func(b *testing.B) {
 				p := newPeer(b, m, nil, equalRetries)
 				ctx := context.Background()
@@ -99,7 +103,11 @@ func BenchmarkClientCost(b *testing.B) {
 		body   []byte
 	}{{http.MethodPost, payload}, {http.MethodGet, nil}}
 	for _, op := range ops {
-		for _, m := range peers() {
+		ms := peers()
+		if op.method == http.MethodPost {
+			ms = append(ms, keyedPeers()...)
+		}
+		for _, m := range ms {
 			b.Run("op="+op.method+"/client="+m.name, func(b *testing.B) {
 				p := m.make(memoryTransport{}, equalRetries)
 				ctx := context.Background()

@@ -83,6 +83,12 @@ func peers() []peerMaker {
 	}
 }
 
+// keyedPeers are compared on the success path only, for POST: peers given a
+// key per operation, so that they send what idem sends.
+func keyedPeers() []peerMaker {
+	return []peerMaker{{"retryablehttp-key", keyedRetryablePeer}}
+}
+
 func newPeer(b *testing.B, m peerMaker, dials *atomic.Int64, r retries) peer {
 	tr := newTransport(dials)
 	b.Cleanup(tr.CloseIdleConnections)
@@ -131,6 +137,19 @@ func rawPeer(tr http.RoundTripper, _ retries) peer {
 // retryablePeer is go-retryablehttp's NewClient with the equal retry count
 // and waits, its logger silenced.
 func retryablePeer(tr http.RoundTripper, r retries) peer {
+	return retryable(tr, r, false)
+}
+
+// keyedRetryablePeer is retryablePeer adding a fresh idempotency key to each
+// POST, as a caller must for its retries to be safe: the same request on the
+// wire as idem's.
+func keyedRetryablePeer(tr http.RoundTripper, r retries) peer {
+	p := retryable(tr, r, true)
+	p.name = "retryablehttp-key"
+	return p
+}
+
+func retryable(tr http.RoundTripper, r retries, key bool) peer {
 	c := retryablehttp.NewClient()
 	c.HTTPClient = &http.Client{Transport: tr}
 	c.Logger = nil
@@ -150,6 +169,9 @@ func retryablePeer(tr http.RoundTripper, r retries) peer {
 		}
 		if op != "" {
 			req.Header.Set(opHeader, op)
+		}
+		if key && method != http.MethodGet {
+			req.Header.Set(idem.DefaultKeyHeader, uuid.NewString())
 		}
 		resp, err := c.Do(req)
 		if err != nil {

@@ -156,7 +156,7 @@ for f in overhead:"-col /client" clientcost:"-col /client" enqueue: depth:"-col 
 done >"$out/benchstat.txt" 2>&1
 cat "$out/benchstat.txt"
 
-log "summary (medians of the rounds; benchstat above shows their spread)"
+log "summary (the median of the rounds' ratios; benchstat above shows the spread)"
 files=()
 for name in overhead clientcost enqueue depth drain fault outage; do
 	if [[ -s "$out/$name.txt" ]]; then

@@ -1,6 +1,7 @@
 // Command ratios reads the output of the bench benchmarks (go test -bench,
 // any number of files, any -count) and prints the ratios the project is
-// judged on, from the median of each benchmark's runs, beside their targets.
+// judged on beside their targets: the median of the ratios within each round
+// when both benchmarks ran once a round, else the ratio of their medians.
 //
 //	go run ./cmd/ratios results/*.txt
 //
@@ -81,12 +82,37 @@ func (s samples) median(name, unit string) (float64, bool) {
 	if len(vs) == 0 {
 		return 0, false
 	}
+	return median(vs), true
+}
+
+// paired returns the median of num's value over den's in each round, and
+// whether both have one value a round. run.sh runs every benchmark of a
+// comparison once per process, a process a round, so the i-th values of two
+// benchmarks were measured side by side: the median of their ratios is
+// spared the drift between rounds that the ratio of medians carries.
+func (s samples) paired(num, den, unit string) (float64, bool) {
+	a, b := s[num][unit], s[den][unit]
+	if len(a) < 2 || len(a) != len(b) {
+		return 0, false
+	}
+	rs := make([]float64, 0, len(a))
+	for i := range a {
+		if b[i] == 0 {
+			return 0, false
+		}
+		rs = append(rs, a[i]/b[i])
+	}
+	return median(rs), true
+}
+
+// median returns the median of vs, which it sorts.
+func median(vs []float64) float64 {
 	slices.Sort(vs)
 	n := len(vs)
 	if n%2 == 1 {
-		return vs[n/2], true
+		return vs[n/2]
 	}
-	return (vs[n/2-1] + vs[n/2]) / 2, true
+	return (vs[n/2-1] + vs[n/2]) / 2
 }
 
 // target says what a ratio should be.
@@ -127,7 +153,7 @@ var clients = []string{"raw", "retryablehttp", "resty", "idem-do", "idem-transpo
 
 func report(w io.Writer, s samples) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ratio\tvalue\ttarget\tverdict\tfrom (medians)")
+	fmt.Fprintln(tw, "ratio\tvalue\ttarget\tverdict\tmedians")
 	row := func(label string, num, den string, unit string, t target, invert bool) {
 		a, okA := s.median(num, unit)
 		b, okB := s.median(den, unit)
@@ -136,8 +162,11 @@ func report(w io.Writer, s samples) {
 			return
 		}
 		v := a / b
+		if p, ok := s.paired(num, den, unit); ok {
+			v = p
+		}
 		if invert { // a rate ratio from times: den's time over num's
-			v = b / a
+			v = 1 / v
 		}
 		fmt.Fprintf(tw, "%s\t%.3fx\t%s\t%s\t%s %s / %s %s\n", label, v, t, t.verdict(v), fmtV(a), unit, fmtV(b), unit)
 	}
@@ -145,6 +174,9 @@ func report(w io.Writer, s samples) {
 		do := fmt.Sprintf(overhead, op, "idem-do")
 		row("idem Do / raw, "+op+" time", do, fmt.Sprintf(overhead, op, "raw"), "ns/op", target{max: 1.15}, false)
 		row("idem Do / retryablehttp, "+op+" time", do, fmt.Sprintf(overhead, op, "retryablehttp"), "ns/op", target{max: 1.0}, false)
+		if op == "POST" {
+			row("idem Do / retryablehttp sending a key, POST time", do, fmt.Sprintf(overhead, op, "retryablehttp-key"), "ns/op", target{}, false)
+		}
 		row("idem Do / resty, "+op+" time", do, fmt.Sprintf(overhead, op, "resty"), "ns/op", target{}, false)
 		row("Transport / raw, "+op+" time", fmt.Sprintf(overhead, op, "idem-transport"), fmt.Sprintf(overhead, op, "raw"), "ns/op", target{}, false)
 		row("idem Do / raw, "+op+" CPU", do, fmt.Sprintf(overhead, op, "raw"), "cpu-ns/op", target{}, false)
@@ -152,6 +184,9 @@ func report(w io.Writer, s samples) {
 		cost := fmt.Sprintf(clientCost, op, "idem-do")
 		row("idem Do / raw, "+op+" in-memory time", cost, fmt.Sprintf(clientCost, op, "raw"), "ns/op", target{}, false)
 		row("idem Do / retryablehttp, "+op+" in-memory time", cost, fmt.Sprintf(clientCost, op, "retryablehttp"), "ns/op", target{}, false)
+		if op == "POST" {
+			row("idem Do / retryablehttp sending a key, POST in-memory time", cost, fmt.Sprintf(clientCost, op, "retryablehttp-key"), "ns/op", target{}, false)
+		}
 		row("idem Do / raw, "+op+" allocs", do, fmt.Sprintf(overhead, op, "raw"), "allocs/op", target{}, false)
 		row("idem Do / raw, "+op+" bytes", do, fmt.Sprintf(overhead, op, "raw"), "B/op", target{}, false)
 	}

@@ -65,3 +65,31 @@ func TestReport(t *testing.T) {
 		}
 	}
 }
+
+// TestPaired: when both benchmarks ran once a round, a ratio is the median of
+// the rounds' ratios, not the ratio of the medians.
+func TestPaired(t *testing.T) {
+	const rounds = `BenchmarkClientCost/op=GET/client=raw-2 	 1	 100 ns/op
+BenchmarkClientCost/op=GET/client=idem-do-2 	 1	 200 ns/op
+BenchmarkClientCost/op=GET/client=raw-2 	 1	 300 ns/op
+BenchmarkClientCost/op=GET/client=idem-do-2 	 1	 310 ns/op
+BenchmarkClientCost/op=GET/client=raw-2 	 1	 200 ns/op
+BenchmarkClientCost/op=GET/client=idem-do-2 	 1	 150 ns/op
+`
+	s := samples{}
+	if err := s.read(strings.NewReader(rounds)); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := s.paired("BenchmarkClientCost/op=GET/client=idem-do", "BenchmarkClientCost/op=GET/client=raw", "ns/op")
+	if !ok || got < 1.033 || got > 1.034 { // ratios 2, 1.033, 0.75; medians 200/200
+		t.Errorf("paired = %v, %v; want 1.033", got, ok)
+	}
+	if _, ok := s.paired("BenchmarkClientCost/op=GET/client=idem-do", "BenchmarkClientCost/op=GET/client=none", "ns/op"); ok {
+		t.Error("paired with a missing benchmark")
+	}
+	var out bytes.Buffer
+	report(&out, s)
+	if !strings.Contains(out.String(), "1.033x") {
+		t.Errorf("report does not use the paired ratio:\n%s", out.String())
+	}
+}
