@@ -6,7 +6,9 @@
 //
 //	BenchmarkOverhead  success path, POST and GET, on a loopback server: raw
 //	                   http.Client, go-retryablehttp, resty, idem Client.Do
-//	                   (a NewIntent per operation) and idem.Transport.
+//	                   (a NewIntent per operation) and idem.Transport; for
+//	                   POST also go-retryablehttp given a key per operation,
+//	                   the same request on the wire as idem's.
 //	BenchmarkClientCost the same over an in-memory RoundTripper: what each
 //	                   client adds per operation, without the network's noise.
 //	BenchmarkFault     a server that commits the effect of a POST, then drops
