@@ -41,6 +41,8 @@ func TestBadInputIntent(t *testing.T) {
 		{"bad escape", "POST", "http://h/%zz", nil, nil, idem.ErrInvalidIntent, `invalid URL escape "%zz"`},
 		{"control byte in URL", "POST", "http://h/\x00", nil, nil, idem.ErrInvalidIntent, "invalid control character"},
 		{"unsupported scheme", "POST", "ftp://h/x", nil, nil, idem.ErrInvalidIntent, "scheme must be http or https"},
+		{"token in the query", "POST", "ftp://h/x?token=s3cret#s3cret", nil, nil, idem.ErrInvalidIntent, `URL "ftp://h/x": scheme must be`},
+		{"user info and query", "POST", "https://bob:s3cret@h/x?k=s3cret", nil, nil, idem.ErrInvalidIntent, `URL "https://redacted@h/x" carries user info`},
 		{"no host", "POST", "http:///x", nil, nil, idem.ErrInvalidIntent, "has no host"},
 		{"user info", "POST", "https://bob:s3cret@h/x", nil, nil, idem.ErrInvalidIntent, "carries user info"},
 		{"user only", "POST", "https://bob@h/x", nil, nil, idem.ErrInvalidIntent, "carries user info"},

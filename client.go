@@ -163,6 +163,8 @@ func (a Attempt) String() string {
 // Otherwise Do returns a nil *Result and an *Error whose Outcome is Unknown
 // (errors.Is(err, ErrOutcomeUnknown): reconcile, do not resubmit under a new
 // key) or NotApplied (errors.Is(err, ErrNotApplied): safe to try again).
+// Invalid arguments (a nil intent or context, a Policy with a negative field)
+// give an error that is not an *Error, before any attempt.
 func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
 	var r run
 	if err := c.initRun(&r, ctx, in); err != nil {
@@ -238,12 +240,12 @@ func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error)
 		// does for NewRequest's bodies.
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
-	if in.key[0] != "" {
+	if in.HasKey() {
+		v := in.keyValues()
 		if c.KeyFormat == KeySFString {
-			req.Header[c.keyHeader()] = []string{c.keyValue(in.key[0])}
-		} else {
-			req.Header[c.keyHeader()] = in.keyValues()
+			v = []string{`"` + in.key[0] + `"`}
 		}
+		req.Header[c.keyHeader()] = v
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {
@@ -338,11 +340,4 @@ func (c *Client) keyHeader() string {
 		return http.CanonicalHeaderKey(c.KeyHeader)
 	}
 	return DefaultKeyHeader
-}
-
-func (c *Client) keyValue(key string) string {
-	if c.KeyFormat == KeySFString {
-		return `"` + key + `"`
-	}
-	return key
 }

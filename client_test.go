@@ -519,7 +519,11 @@ func TestAttempt(t *testing.T) {
 			assert.Equal(t, tt.retryAfter, s.RetryAfter)
 			assert.Equal(t, tt.refuse == 0, s.Response != nil)
 			assert.Empty(t, clk.Sleeps(), "Attempt never waits")
-			assert.LessOrEqual(t, len(srv.Requests()), 1, "exactly one attempt")
+			wantReqs := 1
+			if tt.refuse > 0 {
+				wantReqs = 0
+			}
+			assert.Len(t, srv.Requests(), wantReqs, "exactly one attempt")
 		})
 	}
 }

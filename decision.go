@@ -269,10 +269,11 @@ func applyHint(d *Decision, f Facts) {
 	if f.Err != nil {
 		return
 	}
-	switch strings.ToLower(strings.TrimSpace(f.Header.Get("Stripe-Should-Retry"))) {
-	case "true":
+	// EqualFold, as IsReplayed reads its header: no lowered copy per attempt.
+	switch v := strings.TrimSpace(f.Header.Get("Stripe-Should-Retry")); {
+	case strings.EqualFold(v, "true"):
 		d.Action, d.Reason, d.Cause = ActionRetry, "", nil
-	case "false":
+	case strings.EqualFold(v, "false"):
 		if d.Action == ActionRetry {
 			d.Action, d.Cause = ActionStop, ErrServerSaidStop
 			d.Reason = "server said not to retry (Stripe-Should-Retry: false)"

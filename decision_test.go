@@ -108,10 +108,12 @@ func TestDecideTable(t *testing.T) {
 						d := Decide(f)
 						assert.Equal(t, r.class, d.Class, "class")
 						assert.Equal(t, r.class, Classify(f), "Classify disagrees with Decide")
-						wantAction, wantCause := expectAction(r.rule, m, keyed)
+						wantAction, wantCause := expectAction(r.rule, r.class, m, keyed)
 						assert.Equal(t, wantAction, d.Action, "action")
 						if wantCause != nil {
 							assert.ErrorIs(t, d.Cause, wantCause)
+						} else {
+							assert.NoError(t, d.Cause, "cause")
 						}
 						assert.Equal(t, expectOutcome(r.class, earlier), d.Outcome, "outcome")
 						if d.Action == ActionStop {
@@ -124,7 +126,7 @@ func TestDecideTable(t *testing.T) {
 	}
 }
 
-func expectAction(r retryRule, method string, keyed bool) (Action, error) {
+func expectAction(r retryRule, c Class, method string, keyed bool) (Action, error) {
 	switch r {
 	case done:
 		return ActionDone, nil
@@ -140,7 +142,10 @@ func expectAction(r retryRule, method string, keyed bool) (Action, error) {
 		}
 		return ActionStop, ErrNoKey
 	}
-	return ActionStop, nil
+	if c == ClassKeyReused {
+		return ActionStop, ErrKeyReused
+	}
+	return ActionStop, nil // a plain rejection has no sentinel
 }
 
 // expectOutcome states the outcome contract independently of outcomeAfter.
@@ -232,6 +237,9 @@ func TestDecideServerHint(t *testing.T) {
 		{"true cannot fix a reused key", Facts{Method: "POST", HasKey: true, Status: 422, Header: hint("true")}, ActionStop, ErrKeyReused},
 		{"false does not undo a success", Facts{Method: "POST", HasKey: true, Status: 201, Header: hint("false")}, ActionDone, nil},
 		{"garbage is ignored", Facts{Method: "POST", HasKey: true, Status: 503, Header: hint("maybe")}, ActionRetry, nil},
+		{"FALSE in any case stops", Facts{Method: "PUT", Status: 503, Header: hint(" FALSE ")}, ActionStop, ErrServerSaidStop},
+		// Folded as the fuzz target's oracle (strings.EqualFold) folds it.
+		{"false folded with long s stops", Facts{Method: "PUT", Status: 503, Header: hint("fal\u017fe")}, ActionStop, ErrServerSaidStop},
 		{"no header on transport errors", Facts{Method: "POST", HasKey: true, Err: errIO, Wire: Wire{WroteHeaders: true}, Header: hint("false")}, ActionRetry, nil},
 	}
 	for _, tt := range tests {

@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"time"
+
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 // encodingVersion is the version of the binary form of an Intent. A change
@@ -39,7 +40,7 @@ func (in *Intent) MarshalBinary() ([]byte, error) {
 	b = append(b, encodingMagic...)
 	b = append(b, encodingVersion)
 	for _, s := range [...]string{in.method, in.url, in.key[0], in.lane} {
-		b = appendString(b, s)
+		b = binenc.Append(b, s)
 	}
 	var flags uint64
 	if in.supplied {
@@ -49,23 +50,14 @@ func (in *Intent) MarshalBinary() ([]byte, error) {
 		flags |= flagAmbiguous
 	}
 	b = binary.AppendUvarint(b, flags)
-	b = binary.AppendVarint(b, unixNano(in.createdAt))
+	b = binary.AppendVarint(b, binenc.Nanos(in.createdAt))
 	b = binary.AppendVarint(b, in.firstSentAt.Load())
 	b = binary.AppendUvarint(b, uint64(len(in.header)))
 	for _, f := range in.header {
-		b = appendString(b, f.name)
-		b = binary.AppendUvarint(b, uint64(len(f.values)))
-		for _, v := range f.values {
-			b = appendString(b, v)
-		}
+		b = binenc.AppendHeader(b, f.name, f.values)
 	}
-	b = appendString(b, string(in.body))
-	return appendCRC(b), nil
-}
-
-// appendCRC seals b with its CRC-32C.
-func appendCRC(b []byte) []byte {
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli()))
+	b = binenc.Append(b, in.body)
+	return binenc.Seal(b), nil
 }
 
 // UnmarshalBinary decodes data written by MarshalBinary into in, which must
@@ -79,26 +71,23 @@ func (in *Intent) UnmarshalBinary(data []byte) error {
 	if v := data[len(encodingMagic)]; v != encodingVersion {
 		return fmt.Errorf("%w: encoding: unknown version %d (this build reads %d)", ErrInvalidIntent, v, encodingVersion)
 	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if crc32.Checksum(body, castagnoli()) != sum {
-		return fmt.Errorf("%w: encoding: checksum mismatch, the data is damaged", ErrInvalidIntent)
+	body, err := binenc.Unseal(data)
+	if err != nil {
+		return fmt.Errorf("%w: encoding: %v", ErrInvalidIntent, err)
 	}
-	d := decoder{b: body[len(encodingMagic)+1:]}
-	method, url, key, lane := d.string(), d.string(), d.string(), d.string()
-	flags := d.uvarint(flagsKnown, "flags")
-	created, firstSent := d.varint(), d.varint()
-	header := d.header()
-	payload := d.string()
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return fmt.Errorf("%w: encoding: %v", ErrInvalidIntent, d.err)
+	d := binenc.Decoder{B: body[len(encodingMagic)+1:]}
+	method, url, key, lane := d.String("method"), d.String("URL"), d.String("key"), d.String("lane")
+	flags := d.Uvarint(flagsKnown, "flags")
+	created, firstSent := d.Time("CreatedAt"), d.Time("FirstSentAt")
+	header := d.Headers()
+	payload := d.Bytes("body")
+	if err := d.End(); err != nil {
+		return fmt.Errorf("%w: encoding: %v", ErrInvalidIntent, err)
 	}
 	if flags&flagSupplied != 0 && key == "" {
 		return fmt.Errorf("%w: encoding: supplied key flag without a key", ErrInvalidIntent)
 	}
-	if err := in.restore(method, url, key, lane, created, firstSent, header, []byte(payload)); err != nil {
+	if err := in.restore(method, url, key, lane, created, firstSent, header, payload); err != nil {
 		return err
 	}
 	in.supplied = flags&flagSupplied != 0
@@ -107,7 +96,14 @@ func (in *Intent) UnmarshalBinary(data []byte) error {
 }
 
 // restore validates decoded fields as NewIntent would and sets them.
-func (in *Intent) restore(method, url, key, lane string, created, firstSent int64, header []field, body []byte) error {
+func (in *Intent) restore(method, url, key, lane string, created, firstSent time.Time, header []binenc.Field, body []byte) error {
+	if in.method != "" {
+		return errors.New("idem: UnmarshalBinary into an Intent already in use")
+	}
+	sent := binenc.Nanos(firstSent)
+	if sent < 0 {
+		return fmt.Errorf("%w: encoding: FirstSentAt %v before 1970", ErrInvalidIntent, firstSent)
+	}
 	opts := make([]IntentOption, 0, 2+len(header))
 	if key != "" {
 		opts = append(opts, WithKey(key))
@@ -116,114 +112,14 @@ func (in *Intent) restore(method, url, key, lane string, created, firstSent int6
 	}
 	opts = append(opts, WithLane(lane))
 	for _, f := range header {
-		opts = append(opts, withHeaderValues(f.name, f.values))
+		opts = append(opts, withHeaderValues(f.Name, f.Values))
 	}
-	fresh, err := newIntent(method, url, body, timeFromNano(created), opts)
+	fresh, err := newIntent(method, url, body, created, opts)
 	if err != nil {
 		return err
 	}
-	if firstSent < 0 {
-		return fmt.Errorf("%w: encoding: negative FirstSentAt", ErrInvalidIntent)
-	}
-	if in.method != "" {
-		return errors.New("idem: UnmarshalBinary into an Intent already in use")
-	}
 	in.method, in.url, in.u, in.key, in.lane = fresh.method, fresh.url, fresh.u, fresh.key, fresh.lane
 	in.header, in.body, in.createdAt = fresh.header, fresh.body, fresh.createdAt
-	in.firstSentAt.Store(firstSent)
+	in.firstSentAt.Store(sent)
 	return nil
-}
-
-func castagnoli() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func timeFromNano(ns int64) time.Time {
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
-}
-
-// decoder reads the fields of an encoded Intent, keeping the first error.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-// uvarint reads an unsigned integer no greater than limit; a limit of -1
-// means the bytes left after it, for lengths and counts of what follows.
-func (d *decoder) uvarint(limit int64, what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = fmt.Errorf("bad %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	if limit < 0 {
-		limit = int64(len(d.b))
-	}
-	if v > uint64(limit) {
-		d.err = fmt.Errorf("%s %d over limit %d", what, v, limit)
-		return 0
-	}
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errors.New("bad time")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) string() string {
-	n := d.uvarint(-1, "length")
-	if d.err != nil {
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-func (d *decoder) header() []field {
-	// Each name and value takes at least one byte, which bounds the counts
-	// by the data left and keeps a hostile count from allocating.
-	names := d.uvarint(-1, "header count")
-	if d.err != nil || names == 0 {
-		return nil
-	}
-	h := make([]field, 0, names)
-	for range names {
-		f := field{name: d.string()}
-		nv := d.uvarint(-1, "value count")
-		for range nv {
-			f.values = append(f.values, d.string())
-		}
-		h = append(h, f)
-		if d.err != nil {
-			return nil
-		}
-	}
-	return h
 }

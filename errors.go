@@ -75,8 +75,8 @@ var (
 	ErrServerSaidStop = errors.New("idem: server said not to retry")
 
 	// ErrInvalidIntent is returned by NewIntent and UnmarshalBinary for a bad
-	// method, URL, header, lane or encoding, and by Client.Do for a nil
-	// intent.
+	// method, URL, header, lane or encoding, and by Client.Do and
+	// Client.Attempt for a nil intent.
 	ErrInvalidIntent = errors.New("idem: invalid intent")
 	// ErrInvalidKey is returned for an idempotency key that is empty, longer
 	// than MaxKeyLen, or holds a character outside visible ASCII or one of
@@ -87,8 +87,8 @@ var (
 	ErrSecretHeader = errors.New("idem: secret header in intent")
 	// ErrBodyTooLarge is returned for a body over MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("idem: body too large")
-	// ErrInvalidPolicy is returned by Client.Do when the Client's Policy has a
-	// negative field.
+	// ErrInvalidPolicy is returned by Client.Do, Client.Attempt and
+	// Transport.RoundTrip when their Policy has a negative field.
 	ErrInvalidPolicy = errors.New("idem: invalid policy")
 )
 
@@ -111,7 +111,9 @@ type Error struct {
 	// Attempts is the trail, first attempt first.
 	Attempts []Attempt
 	// Err is the cause: a sentinel such as ErrNoKey or ErrBudgetExhausted,
-	// the context's error, or the last transport error.
+	// the context's error, or why a request could not be built; nil for a
+	// rejection. The last attempt's transport error is in Attempts, and
+	// errors.Is and errors.As reach it through Unwrap.
 	Err error
 }
 

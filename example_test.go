@@ -81,9 +81,11 @@ func ExampleError() {
 func ExampleDeriveKey() {
 	// A handler resuming after a crash derives the same downstream key.
 	upstream := "order-7f3a"
+	fmt.Println(idem.DeriveKey(upstream, "charge"))
 	fmt.Println(idem.DeriveKey(upstream, "charge") == idem.DeriveKey(upstream, "charge"))
 	fmt.Println(idem.DeriveKey(upstream, "charge") == idem.DeriveKey(upstream, "ship"))
 	// Output:
+	// 50ff8472-dc78-5023-8fca-1faf4d5c7d16
 	// true
 	// false
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 // The fuzz targets below run their seed corpora (testdata/fuzz/<Name>) as
@@ -155,7 +157,7 @@ func FuzzIntentUnmarshal(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fzCheckUnmarshal(t, data)
-		fzCheckUnmarshal(t, appendCRC(bytes.Clone(data)))
+		fzCheckUnmarshal(t, binenc.Seal(bytes.Clone(data)))
 	})
 }
 
@@ -207,7 +209,7 @@ type fzIntentFields struct {
 func fzFieldsOf(in *Intent) fzIntentFields {
 	return fzIntentFields{
 		Method: in.Method(), URL: in.URL(), Key: in.Key(), Lane: in.Lane(), KeySupplied: in.KeySupplied(),
-		CreatedAt: unixNano(in.CreatedAt()), FirstSentAt: unixNano(in.FirstSentAt()),
+		CreatedAt: binenc.Nanos(in.CreatedAt()), FirstSentAt: binenc.Nanos(in.FirstSentAt()),
 		Header: in.Header(), Body: in.Body(),
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 // MaxBodyBytes is the largest body an Intent holds. An intent keeps its body in
@@ -35,7 +37,8 @@ const maxLaneLen = 255
 //
 // Create an Intent where the intent is born (the user pressed "Pay"), never in
 // a retry loop or a transport. An Intent is safe for concurrent use: its fields
-// are immutable except FirstSentAt, which a Client records atomically.
+// are immutable except FirstSentAt and the mark that an attempt was ambiguous,
+// which a Client records atomically.
 type Intent struct {
 	method    string
 	url       string
@@ -66,7 +69,6 @@ type intentConfig struct {
 	index       map[string]int // position in header by name, once there are many
 	headerBytes int
 	lane        string
-	now         time.Time
 }
 
 // ReadBody reads a body for NewIntent from a stream, up to MaxBodyBytes;
@@ -114,7 +116,8 @@ func WithoutKey() IntentOption {
 }
 
 // WithHeader adds a header sent on every attempt. Credentials (Authorization,
-// Cookie, Proxy-Authorization) are refused with ErrSecretHeader: they are
+// Cookie, Proxy-Authorization, Set-Cookie, X-Api-Key, Api-Key, X-Auth-Token)
+// are refused with ErrSecretHeader: they are
 // added per attempt by Client.Authorize, so a queued intent never stores a
 // secret and is sent with fresh credentials. Headers net/http manages itself
 // (Host, Content-Length, Transfer-Encoding, Connection) and the idempotency
@@ -243,7 +246,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if len(body) > MaxBodyBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(body), MaxBodyBytes)
 	}
-	c := intentConfig{now: now}
+	var c intentConfig
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -272,7 +275,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		key:       [1]string{c.key},
 		supplied:  c.hasKey,
 		lane:      c.lane,
-		createdAt: c.now.Round(0),
+		createdAt: now.Round(0),
 	}
 	if len(body) > 0 {
 		in.body = append([]byte(nil), body...)
@@ -283,9 +286,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 // newKey returns a random (version 4) UUID: 122 random bits.
 func newKey() string {
 	var u uuid.UUID
-	if _, err := rand.Read(u[:]); err != nil {
-		return uuid.NewString() // crypto/rand does not fail; keep a key regardless
-	}
+	_, _ = rand.Read(u[:])  // never fails: since Go 1.24 a failure crashes the program
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
 	return u.String()
@@ -321,12 +322,7 @@ func (in *Intent) Lane() string { return in.lane }
 func (in *Intent) CreatedAt() time.Time { return in.createdAt }
 
 // Body returns a copy of the body.
-func (in *Intent) Body() []byte {
-	if in.body == nil {
-		return nil
-	}
-	return append([]byte(nil), in.body...)
-}
+func (in *Intent) Body() []byte { return slices.Clone(in.body) }
 
 // BodyLen returns the length of the body in bytes.
 func (in *Intent) BodyLen() int { return len(in.body) }
@@ -348,17 +344,14 @@ func (in *Intent) Header() http.Header {
 // none has. A server forgets keys some time after it first saw them, so this is
 // the instant a retry horizon counts from.
 func (in *Intent) FirstSentAt() time.Time {
-	ns := in.firstSentAt.Load()
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
+	return binenc.FromNanos(in.firstSentAt.Load())
 }
 
 // markAmbiguous records that an attempt of in was ambiguous.
 func (in *Intent) markAmbiguous() { in.ambiguous.Store(true) }
 
-// markSent records t as FirstSentAt unless an earlier time is recorded.
+// markSent records t as FirstSentAt unless a time is already recorded: the
+// first attempt to record wins, even if a concurrent Do started earlier.
 func (in *Intent) markSent(t time.Time) {
 	in.firstSentAt.CompareAndSwap(0, t.UnixNano())
 }
@@ -417,12 +410,7 @@ func ValidateKey(key string) error {
 // supportedMethod reports whether an Intent accepts method. CONNECT is left
 // out: it opens a tunnel, not an operation.
 func supportedMethod(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, MethodQuery,
-		http.MethodPut, http.MethodDelete, http.MethodPost, http.MethodPatch:
-		return true
-	}
-	return false
+	return IsIdempotent(method) || method == http.MethodPost || method == http.MethodPatch
 }
 
 func checkMethod(method string) error {
@@ -462,13 +450,14 @@ func checkURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// redactURL hides user info, so an error never echoes a password.
+// redactURL hides user info, query and fragment, so an error never echoes a
+// password or a token, as safeURL does for logs and Error.
 func redactURL(u *url.URL) string {
-	if u.User == nil {
-		return u.String()
-	}
 	v := *u
-	v.User = url.User("redacted")
+	if v.User != nil {
+		v.User = url.User("redacted")
+	}
+	v.RawQuery, v.ForceQuery, v.Fragment, v.RawFragment = "", false, "", ""
 	return v.String()
 }
 

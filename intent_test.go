@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 func TestNewIntentKeys(t *testing.T) {
@@ -62,7 +64,11 @@ func TestNewIntentKeyIsFixed(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, a.Key(), b.Key(), "two intents must not share a key")
 	k := a.Key()
-	for range 3 {
+	c := &Client{}
+	for range 3 { // every attempt presents the key fixed at creation
+		req, err := c.request(context.Background(), a)
+		require.NoError(t, err)
+		assert.Equal(t, k, req.Header.Get(DefaultKeyHeader))
 		assert.Equal(t, k, a.Key())
 	}
 }
@@ -241,7 +247,7 @@ func TestUnmarshalRejects(t *testing.T) {
 
 	reseal := func(b []byte) []byte { // recompute the checksum after a deliberate edit
 		b = append([]byte(nil), b[:len(b)-4]...)
-		return appendCRC(b)
+		return binenc.Seal(b)
 	}
 	edit := func(f func([]byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 

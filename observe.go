@@ -27,8 +27,9 @@ type Stats struct {
 	// BudgetRefusals counts retries the retry budget refused.
 	BudgetRefusals uint64
 	// Outcomes counts operations finished by Do or RoundTrip, by outcome.
-	// Single attempts made with Client.Attempt count in Attempts only: their
-	// caller, such as a queue, decides when an operation ends.
+	// Single attempts made with Client.Attempt count in Attempts, Conflicts
+	// and KeyReused, not here: their caller, such as a queue, decides when an
+	// operation ends.
 	Outcomes map[Outcome]uint64
 	// BudgetTokens is what is left of the retry budget; -1 when unlimited.
 	BudgetTokens int
@@ -49,11 +50,11 @@ func (m *metrics) stats(b *Budget) Stats {
 		KeyReused: m.keyReused.Load(), BudgetRefusals: m.budgetRefusals.Load(),
 		RetriesAfter: map[Class]uint64{}, Outcomes: map[Outcome]uint64{},
 	}
-	for _, c := range []Class{ClassNeverSent, ClassNotProcessed, ClassAmbiguous, ClassRejected} {
+	for c := range m.retries {
 		n := m.retries[c].Load()
 		s.Retries += n
 		if n > 0 {
-			s.RetriesAfter[c] = n
+			s.RetriesAfter[Class(c)] = n
 		}
 	}
 	for o := range m.outcomes {
@@ -106,13 +107,13 @@ func (o observer) attempt(ctx context.Context, r *run, action Action) {
 		if a.Err != nil {
 			shown.Err = redacted{a.Err}
 		}
-		o.hook(ctx, AttemptInfo{Method: r.method, URL: safeURL(r.url), N: len(r.attempts), Attempt: shown, Action: action})
+		o.hook(ctx, AttemptInfo{Method: r.method, URL: r.safeURL(), N: len(r.attempts), Attempt: shown, Action: action})
 	}
 	if o.logger == nil || !o.logger.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("method", r.method), slog.String("url", safeURL(r.url)), slog.Int("n", len(r.attempts)),
+		slog.String("method", r.method), slog.String("url", r.safeURL()), slog.Int("n", len(r.attempts)),
 		slog.String("class", a.Class.String()), slog.Int("status", a.Status), slog.String("action", action.String()),
 		slog.Int("conns", a.Wire.Conns), slog.Bool("wrote_headers", a.Wire.WroteHeaders),
 		slog.Bool("got_response", a.Wire.GotResponse), slog.Duration("duration", a.Duration),
@@ -131,7 +132,7 @@ func (o observer) retry(ctx context.Context, r *run, wait time.Duration) {
 	}
 	if o.logger != nil {
 		o.logger.LogAttrs(ctx, slog.LevelInfo, "idem: retrying",
-			slog.String("method", r.method), slog.String("url", safeURL(r.url)),
+			slog.String("method", r.method), slog.String("url", r.safeURL()),
 			slog.Int("n", len(r.attempts)), slog.String("after", last.Class.String()), slog.Duration("wait", wait))
 	}
 }
@@ -150,7 +151,7 @@ func (o observer) finish(ctx context.Context, r *run, out Outcome, replayed bool
 			reason = e.Reason
 		}
 		o.logger.LogAttrs(ctx, slog.LevelWarn, "idem: outcome unknown",
-			slog.String("method", r.method), slog.String("url", safeURL(r.url)),
+			slog.String("method", r.method), slog.String("url", r.safeURL()),
 			slog.Int("attempts", len(r.attempts)), slog.String("reason", reason))
 	}
 }
@@ -161,8 +162,8 @@ func safeURL(raw string) string {
 	if err != nil {
 		return "(unparsable URL)"
 	}
-	u.RawQuery, u.User, u.Fragment, u.RawFragment = "", nil, "", ""
-	return u.String()
+	u.User = nil
+	return redactURL(u)
 }
 
 // redacted shows an error without the request URL, keeping it for

@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -76,7 +79,7 @@ func TestLoggerQuietByDefault(t *testing.T) {
 	assert.NotContains(t, out, "idem: attempt")
 	assert.NotContains(t, out, in.Key())
 	assert.NotContains(t, out, "BODYSECRET")
-	assert.NotContains(t, out, "GET "+srv.URL, "no request line from net/http's error")
+	assert.NotContains(t, out, "Post ", "no request line from net/http's error (Post \"URL\": ...)")
 }
 
 func TestClientStatsAndHook(t *testing.T) {
@@ -110,6 +113,9 @@ func TestClientStatsAndHook(t *testing.T) {
 func TestSafeURLAndError(t *testing.T) {
 	assert.Equal(t, "https://h/p", safeURL("https://u:pw@h/p?k=v#f"))
 	assert.Equal(t, "(unparsable URL)", safeURL("http://h/%zz"))
+	err := &url.Error{Op: "Post", URL: "https://h/p?k=secret", Err: io.ErrUnexpectedEOF}
+	assert.Equal(t, "unexpected EOF", safeError(fmt.Errorf("wrapped: %w", err)))
+	assert.Equal(t, "plain", safeError(errors.New("plain")))
 }
 
 func TestHookSeesWaitsAndTrueActions(t *testing.T) {

@@ -1,7 +1,7 @@
 package idem
 
 import (
-	"errors"
+	"fmt"
 	"net/http"
 )
 
@@ -36,7 +36,7 @@ func RedirectPolicy(header string, next func(req *http.Request, via []*http.Requ
 			return next(req, via)
 		}
 		if len(via) >= maxRedirects {
-			return errors.New("idem: stopped after 10 redirects")
+			return fmt.Errorf("idem: stopped after %d redirects", maxRedirects)
 		}
 		return nil
 	}

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -98,7 +97,8 @@ func (p Policy) newBackOff() *backoff.ExponentialBackOff {
 // Backoff returns the delay before retry number retry (1 for the first retry)
 // for a uniform random value r in [0, 1): the exponential schedule of p,
 // jittered and capped at MaxDelay. A queue that persists its retry count uses
-// it to compute the next attempt time.
+// it to compute the next attempt time. A Policy with a negative field backs off
+// by the default policy.
 func (p Policy) Backoff(retry int, r float64) time.Duration {
 	p, err := p.withDefaults()
 	if err != nil {
@@ -133,13 +133,10 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 			}
 		}
 		const maxSecs = uint64(1<<63-1) / uint64(time.Second)
+		// All digits, so the only error is ErrRange: huge, and the cap will
+		// refuse it.
 		secs, err := strconv.ParseUint(v, 10, 63)
-		if errors.Is(err, strconv.ErrRange) {
-			secs = maxSecs // all digits, just huge: the cap will refuse it
-		} else if err != nil {
-			return 0, false
-		}
-		if secs > maxSecs {
+		if err != nil || secs > maxSecs {
 			secs = maxSecs
 		}
 		return time.Duration(secs) * time.Second, true
@@ -152,7 +149,8 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 }
 
 // Budget defaults, after the retry quotas of the AWS SDKs: a budget of 500
-// tokens allows 100 retries in a row with no success in between.
+// tokens allows 100 retries in a row with no success in between, or 50 after
+// ambiguous attempts.
 const (
 	DefaultBudgetTokens = 500
 	retryCost           = 5  // a retry after a never-sent or not-processed attempt

@@ -49,6 +49,7 @@ func TestPolicyDefaults(t *testing.T) {
 	assert.Equal(t, 1, kept.MaxAttempts)
 	assert.Equal(t, time.Hour, kept.MaxElapsed)
 	assert.Equal(t, 3*time.Second, kept.AttemptTimeout)
+	assert.Equal(t, Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxElapsed: time.Hour, AttemptTimeout: 3 * time.Second, MaxRetryAfter: 5 * time.Second}, kept, "set fields are kept")
 
 	for _, bad := range []Policy{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {MaxElapsed: -1}, {AttemptTimeout: -1}, {MaxRetryAfter: -1}} {
 		_, err := bad.withDefaults()
@@ -114,10 +115,12 @@ func TestBudgetUnlimited(t *testing.T) {
 	b := NewBudget(0)
 	assert.Equal(t, -1, b.Tokens())
 	for range 1000 {
-		_, ok := b.take(ClassAmbiguous)
+		cost, ok := b.take(ClassAmbiguous)
 		require.True(t, ok)
+		assert.Equal(t, 10, cost, "an unlimited budget still reports the cost")
 	}
 	b.succeed(3)
+	assert.Equal(t, -1, b.Tokens(), "a success leaves an unlimited budget unlimited")
 	assert.Equal(t, -1, NewBudget(-5).Tokens())
 }
 

@@ -36,6 +36,7 @@ type run struct {
 	engine
 	method, url string
 	hasKey      bool
+	shownURL    string // safeURL(url), made on first use by the observer
 
 	// An intent sent by a Client...
 	c  *Client
@@ -266,6 +267,15 @@ func (r *run) send(req *http.Request) (*http.Response, error) {
 // Transport formats it only then.
 func (r *run) logsURL() bool { return r.obs.hook != nil || r.obs.logger != nil }
 
+// safeURL returns the URL without what may hold a secret, parsing it once
+// per run however many records show it.
+func (r *run) safeURL() string {
+	if r.shownURL == "" {
+		r.shownURL = safeURL(r.url)
+	}
+	return r.shownURL
+}
+
 func (r *run) random() float64 {
 	if r.rand != nil {
 		return r.rand()
@@ -278,14 +288,11 @@ func (r *run) fail(o Outcome, reason string, retryAfter time.Duration, cause err
 		Method: r.method, URL: r.url, Outcome: o, Reason: reason,
 		RetryAfter: retryAfter, Attempts: slices.Clone(r.attempts), Err: cause,
 	}
+	// Every caller names a reason, and a nil cause comes only with a
+	// rejection, whose attempt has no transport error: Unwrap reaches the
+	// last attempt's error in any case.
 	if n := len(r.attempts); n > 0 {
 		e.Status = r.attempts[n-1].Status
-		if e.Err == nil {
-			e.Err = r.attempts[n-1].Err
-		}
-	}
-	if e.Reason == "" && cause != nil {
-		e.Reason = cause.Error()
 	}
 	return e
 }

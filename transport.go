@@ -42,7 +42,8 @@ type Transport struct {
 	// KeyHeader names the header that marks a request as keyed. If empty,
 	// DefaultKeyHeader is used.
 	KeyHeader string
-	// DeletePolicy says when a DELETE answered 404 or 410 is done.
+	// DeletePolicy says when a DELETE answered 404 or 410 is done. The zero
+	// value is DeleteAfterAmbiguous.
 	DeletePolicy DeletePolicy
 	// Logger and OnAttempt are as in Client.
 	Logger    *slog.Logger

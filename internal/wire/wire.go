@@ -23,8 +23,8 @@ type Facts struct {
 
 // Recorder collects the facts of one attempt. Its hooks run on net/http's
 // goroutines, so every field is atomic; a Recorder is safe for concurrent use.
-// Use New: a Recorder holds its own trace, so that recording an attempt costs
-// one allocation for the three hooks' state, not one per hook.
+// Use New: a Recorder holds its own trace, so that recording an attempt
+// allocates the Recorder and its three hooks, not a separate trace as well.
 type Recorder struct {
 	trace        httptrace.ClientTrace
 	conns        atomic.Int32
