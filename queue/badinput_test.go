@@ -28,9 +28,6 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// biURL is where the bad-input tests' intents point; nothing listens there.
-const biURL = "http://127.0.0.1:1/payments"
-
 // biFill opens a queue at path, enqueues n intents and closes it, returning
 // the intents by ID.
 func biFill(t *testing.T, path string, n int) map[ID]*idem.Intent {
@@ -39,8 +36,7 @@ func biFill(t *testing.T, path string, n int) map[ID]*idem.Intent {
 	require.NoError(t, err)
 	out := make(map[ID]*idem.Intent, n)
 	for i := range n {
-		in, err := idem.NewIntent("POST", biURL, []byte(fmt.Sprintf(`{"payment":%d}`, i)))
-		require.NoError(t, err)
+		in := post(t, url, i)
 		id, err := q.Enqueue(context.Background(), in)
 		require.NoError(t, err)
 		out[id] = in
@@ -230,13 +226,13 @@ func TestBadInputEnqueue(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 
-	keyless, err := idem.NewIntent("PATCH", biURL, []byte("x"), idem.WithoutKey())
+	keyless, err := idem.NewIntent("PATCH", url, []byte("x"), idem.WithoutKey())
 	require.NoError(t, err)
-	first, err := idem.NewIntent("POST", biURL, []byte("a"), idem.WithKey("order-1"))
+	first, err := idem.NewIntent("POST", url, []byte("a"), idem.WithKey("order-1"))
 	require.NoError(t, err)
-	other, err := idem.NewIntent("POST", biURL, []byte("b"), idem.WithKey("order-1"))
+	other, err := idem.NewIntent("POST", url, []byte("b"), idem.WithKey("order-1"))
 	require.NoError(t, err)
-	third, err := idem.NewIntent("POST", biURL, []byte("c"))
+	third, err := idem.NewIntent("POST", url, []byte("c"))
 	require.NoError(t, err)
 	firstID, err := q.Enqueue(ctx, first)
 	require.NoError(t, err)
@@ -251,7 +247,7 @@ func TestBadInputEnqueue(t *testing.T) {
 		msg  string
 	}{
 		{"nil intent", ctx, nil, idem.ErrInvalidIntent, "idem: invalid intent: nil intent"},
-		{"PATCH without key", ctx, keyless, ErrNeedsKey, "queue: not idempotent and no key: PATCH " + biURL},
+		{"PATCH without key", ctx, keyless, ErrNeedsKey, "queue: not idempotent and no key: PATCH " + url},
 		{"key of another operation", ctx, other, ErrKeyInUse, `queue: key already queued for another operation: key "order-1" is record`},
 		{"full", ctx, third, ErrQueueFull, "queue: full: 3 unsettled records, limit 3"},
 		{"context ended", cancelled, third, context.Canceled, "context canceled"},
@@ -397,7 +393,7 @@ func biDiskIntent(t *testing.T, i int) *idem.Intent {
 
 func biDiskIntentErr(i int) (*idem.Intent, error) {
 	body := bytes.Repeat([]byte(fmt.Sprintf("payment %06d;", i)), 4096/16)
-	return idem.NewIntent("POST", biURL, body, idem.WithKey(fmt.Sprintf("disk-full-%d", i)))
+	return idem.NewIntent("POST", url, body, idem.WithKey(fmt.Sprintf("disk-full-%d", i)))
 }
 
 // TestBadInputNoSecretInFile drains intents through a Client whose

@@ -74,7 +74,7 @@ func (q *Queue) Wake() {
 	wasOffline := q.offline.on
 	q.offline = offlineState{}
 	for _, l := range q.idx.lanes {
-		l.held = ""
+		l.held = false
 		if !l.busy && len(l.ids) > 0 {
 			l.nextAt = now
 			q.ready.push(l)
@@ -135,7 +135,7 @@ func (q *Queue) Run(ctx context.Context) error {
 		now := q.opts.now()
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now
-			if _, err := q.guardedSweep(now); err != nil {
+			if err := q.guardedSweep(now); err != nil {
 				q.notify(Event{Kind: EventError, Err: err})
 			}
 		}
@@ -202,7 +202,7 @@ func (q *Queue) release(l *lane) {
 	case len(l.ids) == 0:
 		q.ready.remove(l)
 		delete(q.idx.lanes, l.name)
-	case l.held == "":
+	case !l.held:
 		q.ready.push(l)
 	}
 }
@@ -234,7 +234,7 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 	if r.State == InFlight {
 		// This lane's last result commit failed: as after a crash, the
 		// attempt's end is unknown.
-		r.State, r.Ambiguous, r.leaseSetFirstSent = Pending, true, false
+		orphaned(r)
 		if err := q.commit(InFlight, r, nil); err != nil {
 			return now, err
 		}
@@ -403,7 +403,7 @@ func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
 	err := fmt.Errorf("queue: lane %q: 401 Unauthorized with fresh credentials; held until Wake", r.Intent.Lane())
 	q.mu.Lock()
 	if l := q.idx.lanes[r.Intent.Lane()]; l != nil {
-		l.held = err.Error()
+		l.held = true
 	}
 	q.mu.Unlock()
 	q.notify(Event{Kind: EventLaneHeld, Lane: r.Intent.Lane(), Err: err})
@@ -529,8 +529,8 @@ func (q *Queue) observe(c idem.Class) {
 
 func (q *Queue) holdClock(reason string) {
 	q.mu.Lock()
-	first := q.held == ""
-	q.held = reason
+	first := !q.held
+	q.held = true
 	q.mu.Unlock()
 	if first {
 		q.notify(Event{Kind: EventClockHeld, Err: errors.New("queue: sends held: " + reason)})
@@ -539,7 +539,7 @@ func (q *Queue) holdClock(reason string) {
 
 func (q *Queue) unholdClock() {
 	q.mu.Lock()
-	q.held = ""
+	q.held = false
 	q.mu.Unlock()
 }
 

@@ -89,7 +89,7 @@ type recorder struct {
 
 func newRecorder(t *testing.T, answer func(w http.ResponseWriter, r *http.Request, body string, seen int)) *recorder {
 	rec := &recorder{seen: map[string]int{}}
-	rec.Server = httptest.NewServer(handlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rec.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		rec.mu.Lock()
 		key := r.Header.Get("Idempotency-Key")
@@ -131,8 +131,10 @@ func TestDrainLanes(t *testing.T) {
 	ctx := waitCtx(t)
 	var aIDs, bIDs []ID
 	for i := range 3 {
-		ina, _ := idem.NewIntent("POST", srv.URL, []byte(fmt.Sprintf("a-%d", i)), idem.WithLane("a"))
-		inb, _ := idem.NewIntent("POST", srv.URL, []byte(fmt.Sprintf("b-%d", i)), idem.WithLane("b"))
+		ina, err := idem.NewIntent("POST", srv.URL, []byte(fmt.Sprintf("a-%d", i)), idem.WithLane("a"))
+		require.NoError(t, err)
+		inb, err := idem.NewIntent("POST", srv.URL, []byte(fmt.Sprintf("b-%d", i)), idem.WithLane("b"))
+		require.NoError(t, err)
 		ida, err := q.Enqueue(ctx, ina)
 		require.NoError(t, err)
 		idb, err := q.Enqueue(ctx, inb)
@@ -378,7 +380,8 @@ func TestDrainRetryAfterHonouredUncapped(t *testing.T) {
 		r, _ := q.Get(id)
 		return r != nil && r.Attempts == 1 && r.State == Pending
 	}, 5*time.Second, time.Millisecond)
-	r, _ := q.Get(id)
+	r, err := q.Get(id)
+	require.NoError(t, err)
 	assert.True(t, r.NextAttempt.Equal(clk.Now().Add(2*time.Hour)), "next attempt %v", r.NextAttempt)
 	clk.Add(2 * time.Hour)
 	q.poke()
@@ -410,7 +413,8 @@ func TestDrainClockBackwards(t *testing.T) {
 	require.Eventually(t, func() bool { return ev.count(EventClockHeld) == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(30 * time.Millisecond)
 	assert.Len(t, srv.requests(), 1, "no send while the clock cannot be trusted")
-	r, _ := q.Get(second)
+	r, err := q.Get(second)
+	require.NoError(t, err)
 	assert.Zero(t, r.Attempts)
 
 	clk.Add(24 * time.Hour) // the clock is set right

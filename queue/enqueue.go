@@ -3,7 +3,6 @@ package queue
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -82,7 +81,7 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	q.idx.reservedBytes -= int64(len(data))
 	if err == nil && !existed {
 		l := q.idx.added(id, in.Lane(), size)
-		if len(l.ids) == 1 && !l.busy && l.held == "" {
+		if len(l.ids) == 1 && !l.busy && !l.held {
 			l.nextAt = now
 			q.ready.push(l)
 		}
@@ -140,11 +139,10 @@ func (q *Queue) sameKey(b buckets, in *idem.Intent) (ID, error) {
 	if !in.KeySupplied() {
 		return 0, nil
 	}
-	v := b.keys.Get([]byte(in.Key()))
-	if v == nil {
+	id := ID(getUint(b.keys, []byte(in.Key())))
+	if id == 0 {
 		return 0, nil
 	}
-	id := ID(getID(v))
 	r, _, err := b.get(id)
 	if err != nil || r == nil {
 		return 0, err
@@ -154,13 +152,6 @@ func (q *Queue) sameKey(b buckets, in *idem.Intent) (ID, error) {
 		return 0, fmt.Errorf("%w: key %q is record %d, %s %s", ErrKeyInUse, in.Key(), id, o.Method(), o.URL())
 	}
 	return id, nil
-}
-
-func getID(v []byte) uint64 {
-	if len(v) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(v)
 }
 
 // guard runs fn unless the queue is closed, and keeps Close waiting until fn

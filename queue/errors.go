@@ -24,7 +24,7 @@ var (
 	ErrNotResubmittable = errors.New("queue: record cannot be resubmitted")
 	// ErrClosed is returned by every method once Close was called.
 	ErrClosed = errors.New("queue: closed")
-	// ErrRunning is returned by Run when the queue is drained already.
+	// ErrRunning is returned by Run while another Run drains the queue.
 	ErrRunning = errors.New("queue: already running")
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("queue: file locked by another process")

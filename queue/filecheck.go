@@ -40,9 +40,9 @@ func checkSize(path string) error {
 		return nil
 	}
 	best, ok := readMeta(first[:])
-	pageSize := int64(binary.NativeEndian.Uint32(first[metaHeader+8:]))
-	if !ok {
-		pageSize = int64(os.Getpagesize())
+	pageSize := int64(os.Getpagesize())
+	if ok {
+		pageSize = int64(best.pageSize)
 	}
 	second := make([]byte, metaSize)
 	if pageSize > 0 && pageSize <= 1<<16 {

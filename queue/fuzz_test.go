@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 // FuzzRecordDecode feeds arbitrary bytes to decodeRecord, as they are and
@@ -33,7 +34,7 @@ func FuzzRecordDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fzCheckRecord(t, data)
-		fzCheckRecord(t, sealed(bytes.Clone(data)))
+		fzCheckRecord(t, binenc.Seal(bytes.Clone(data)))
 	})
 }
 
@@ -107,8 +108,8 @@ type fzFields struct {
 func fzRecordFields(r *Record) fzFields {
 	f := fzFields{
 		ID: r.ID, State: r.State, Outcome: r.Outcome, Attempts: r.Attempts,
-		NextAttempt: nanos(r.NextAttempt), FirstSentAt: nanos(r.FirstSentAt), LastAttemptAt: nanos(r.LastAttemptAt),
-		EnqueuedAt: nanos(r.EnqueuedAt), SettledAt: nanos(r.SettledAt),
+		NextAttempt: binenc.Nanos(r.NextAttempt), FirstSentAt: binenc.Nanos(r.FirstSentAt), LastAttemptAt: binenc.Nanos(r.LastAttemptAt),
+		EnqueuedAt: binenc.Nanos(r.EnqueuedAt), SettledAt: binenc.Nanos(r.SettledAt),
 		Ambiguous: r.Ambiguous, LeaseSetFirstSent: r.leaseSetFirstSent, Reauthorized: r.reauthorized,
 		LastClass: r.LastClass, LastStatus: r.LastStatus, LastError: r.LastError, Reason: r.Reason,
 		ResubmittedAs: r.ResubmittedAs,
@@ -121,7 +122,7 @@ func fzRecordFields(r *Record) fzFields {
 	}
 	in := r.Intent
 	f.Method, f.URL, f.Key, f.Lane, f.KeySupplied = in.Method(), in.URL(), in.Key(), in.Lane(), in.KeySupplied()
-	f.CreatedAt, f.IntentFirstSentAt = nanos(in.CreatedAt()), nanos(in.FirstSentAt())
+	f.CreatedAt, f.IntentFirstSentAt = binenc.Nanos(in.CreatedAt()), binenc.Nanos(in.FirstSentAt())
 	f.Header, f.Body = in.Header(), in.Body()
 	return f
 }

@@ -2,8 +2,8 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -13,6 +13,10 @@ import (
 
 	"github.com/idem-go/idem"
 )
+
+// url is where intents point in tests that never reach a server: nothing
+// listens there.
+const url = "http://127.0.0.1:1/payments"
 
 // clock is a settable clock for the queue's now seam.
 type clock struct {
@@ -76,7 +80,7 @@ func run(t *testing.T, q *Queue) {
 	go func() { done <- q.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil && err != ErrClosed {
+		if err := <-done; err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("Run: %v", err)
 		}
 	})
@@ -113,11 +117,6 @@ func (e *events) count(k EventKind) int {
 	}
 	return n
 }
-
-// handlerFunc adapts a function to an http.Handler for scripted servers.
-type handlerFunc func(http.ResponseWriter, *http.Request)
-
-func (f handlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) { f(w, r) }
 
 func waitCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

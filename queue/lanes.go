@@ -12,7 +12,7 @@ type lane struct {
 	ids    []ID      // its unsettled records, in ID (delivery) order
 	nextAt time.Time // when its head is due
 	busy   bool      // a worker holds it
-	held   string    // why it is held (401); "" when not
+	held   bool      // after a 401 with fresh credentials, until Wake
 	index  int       // in Queue.ready; -1 when not there
 }
 

@@ -176,7 +176,7 @@ type Queue struct {
 	hwm      time.Time // the latest wall time seen, persisted at each lease
 	offline  offlineState
 	woken    time.Time // when Wake was last called
-	held     string    // why sends are held for the clock; "" when not
+	held     bool      // sends are held for the clock: EventClockHeld was sent
 	closing  bool      // Close has begun: Run stops
 	running  bool
 	stop     context.CancelFunc // ends a running drainer

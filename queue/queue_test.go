@@ -17,8 +17,6 @@ import (
 	"github.com/idem-go/idem"
 )
 
-const url = "http://127.0.0.1:1/payments"
-
 func TestOpenCreatesPrivateFile(t *testing.T) {
 	_, path := openTest(t, Options{})
 	fi, err := os.Stat(path)
@@ -27,8 +25,7 @@ func TestOpenCreatesPrivateFile(t *testing.T) {
 }
 
 func TestOpenLocked(t *testing.T) {
-	q, path := openTest(t, Options{})
-	_ = q
+	_, path := openTest(t, Options{}) // held open until the test ends
 	start := time.Now()
 	_, err := Open(path, Options{LockTimeout: 50 * time.Millisecond})
 	require.ErrorIs(t, err, ErrLocked)
@@ -300,7 +297,6 @@ func TestGetDiscard(t *testing.T) {
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Zero(t, c[Pending])
-
 }
 
 func TestDiscardFreesKey(t *testing.T) {
@@ -418,10 +414,15 @@ func TestCompactAtOpen(t *testing.T) {
 			for i := range 40 {
 				body := make([]byte, 40<<10)
 				body[0], body[1] = byte(p), byte(i)
+				// assert, not require: FailNow must not run off the test's goroutine.
 				in, err := idem.NewIntent("POST", url, body)
-				require.NoError(t, err)
+				if !assert.NoError(t, err) {
+					return
+				}
 				id, err := q.Enqueue(ctx, in)
-				require.NoError(t, err)
+				if !assert.NoError(t, err) {
+					return
+				}
 				mu.Lock()
 				ids = append(ids, id)
 				mu.Unlock()

@@ -4,12 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 // ID identifies a record in a queue. IDs grow in enqueue order, which is the
@@ -172,32 +173,30 @@ func (r *Record) encode() ([]byte, error) {
 	b := make([]byte, 0, 96+len(r.LastError)+len(r.Reason)+len(r.intentBytes)+resultSize(r.Result))
 	b = append(b, recordMagic...)
 	b = append(b, recordVersion, byte(r.State))
-	b = binary.BigEndian.AppendUint64(b, uint64(nanos(r.SettledAt)))
-	b = appendBytes(b, []byte(r.Intent.Lane()))
+	b = binary.BigEndian.AppendUint64(b, uint64(binenc.Nanos(r.SettledAt)))
+	b = binenc.Append(b, r.Intent.Lane())
 	b = binary.AppendUvarint(b, uint64(r.ID))
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(r.Outcome))
 	b = binary.AppendUvarint(b, uint64(r.Attempts))
 	for _, t := range [...]time.Time{r.NextAttempt, r.FirstSentAt, r.EnqueuedAt, r.LastAttemptAt} {
-		b = binary.AppendVarint(b, nanos(t))
+		b = binary.AppendVarint(b, binenc.Nanos(t))
 	}
 	b = binary.AppendUvarint(b, uint64(r.LastClass))
 	b = binary.AppendUvarint(b, uint64(r.LastStatus))
-	b = appendBytes(b, []byte(r.LastError))
-	b = appendBytes(b, []byte(r.Reason))
+	b = binenc.Append(b, r.LastError)
+	b = binenc.Append(b, r.Reason)
 	b = binary.AppendUvarint(b, uint64(r.ResubmittedAs))
 	if r.Result != nil {
 		b = binary.AppendUvarint(b, uint64(r.Result.Status))
-		b = appendHeader(b, r.Result.Header)
-		b = appendBytes(b, r.Result.Body)
+		b = binary.AppendUvarint(b, uint64(len(r.Result.Header)))
+		for k, vs := range r.Result.Header {
+			b = binenc.AppendHeader(b, k, vs)
+		}
+		b = binenc.Append(b, r.Result.Body)
 	}
-	b = appendBytes(b, r.intentBytes)
-	return sealed(b), nil
-}
-
-// sealed appends the CRC-32C of b to it.
-func sealed(b []byte) []byte {
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+	b = binenc.Append(b, r.intentBytes)
+	return binenc.Seal(b), nil
 }
 
 func resultSize(r *Response) int {
@@ -226,44 +225,44 @@ func decodeRecord(data []byte) (*Record, error) {
 	if v := data[len(recordMagic)]; v != recordVersion {
 		return nil, fmt.Errorf("%w: unknown record version %d (this build reads %d)", errCorrupt, v, recordVersion)
 	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != sum {
-		return nil, fmt.Errorf("%w: checksum mismatch", errCorrupt)
+	body, err := binenc.Unseal(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
 	r := &Record{State: State(data[stateOffset])}
 	if !validState(r.State) {
 		return nil, fmt.Errorf("%w: unknown state %d", errCorrupt, r.State)
 	}
-	r.SettledAt = fromNanos(int64(binary.BigEndian.Uint64(data[settledOffset:])))
-	d := reader{b: body[laneOffset:]}
-	lane := string(d.bytes())
-	r.ID = ID(d.uvarint())
-	flags := d.uvarint()
-	r.Outcome = idem.Outcome(d.uvarint())
-	r.Attempts = int(d.uvarint())
-	r.NextAttempt, r.FirstSentAt, r.EnqueuedAt, r.LastAttemptAt = d.time(), d.time(), d.time(), d.time()
-	r.LastClass = idem.Class(d.uvarint())
-	r.LastStatus = int(d.uvarint())
-	r.LastError, r.Reason = string(d.bytes()), string(d.bytes())
-	r.ResubmittedAs = ID(d.uvarint())
+	r.SettledAt = binenc.FromNanos(int64(binary.BigEndian.Uint64(data[settledOffset:])))
+	d := binenc.Decoder{B: body[laneOffset:]}
+	lane := d.String("lane")
+	r.ID = ID(d.Uvarint(math.MaxUint64, "ID"))
+	flags := d.Uvarint(math.MaxUint64, "flags")
+	r.Outcome = idem.Outcome(d.Uvarint(uint64(idem.NotApplied), "outcome"))
+	r.Attempts = int(d.Uvarint(math.MaxInt32, "attempts"))
+	r.NextAttempt, r.FirstSentAt = d.Time("NextAttempt"), d.Time("FirstSentAt")
+	r.EnqueuedAt, r.LastAttemptAt = d.Time("EnqueuedAt"), d.Time("LastAttemptAt")
+	r.LastClass = idem.Class(d.Uvarint(uint64(idem.ClassRejected), "class"))
+	r.LastStatus = int(d.Uvarint(999, "status"))
+	r.LastError, r.Reason = d.String("last error"), d.String("reason")
+	r.ResubmittedAs = ID(d.Uvarint(math.MaxUint64, "resubmitted ID"))
 	r.Ambiguous = flags&flagAmbiguous != 0
 	r.leaseSetFirstSent = flags&flagLeaseSetFirstSent != 0
 	r.reauthorized = flags&flagReauthorized != 0
 	if flags&flagHasResult != 0 {
-		res := &Response{Status: int(d.uvarint()), Truncated: flags&flagTruncated != 0}
-		res.Header = d.header()
-		res.Body = d.bytes()
+		res := &Response{Status: int(d.Uvarint(999, "result status")), Truncated: flags&flagTruncated != 0}
+		for _, f := range d.Headers() {
+			if res.Header == nil {
+				res.Header = make(http.Header)
+			}
+			res.Header[f.Name] = append(res.Header[f.Name], f.Values...)
+		}
+		res.Body = d.Bytes("result body")
 		r.Result = res
 	}
-	r.intentBytes = d.bytes()
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return nil, fmt.Errorf("%w: %v", errCorrupt, d.err)
-	}
-	if r.Outcome > idem.NotApplied || r.LastClass > idem.ClassRejected || r.Attempts < 0 {
-		return nil, fmt.Errorf("%w: field out of range", errCorrupt)
+	r.intentBytes = d.Bytes("intent")
+	if err := d.End(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
 	in := new(idem.Intent)
 	if err := in.UnmarshalBinary(r.intentBytes); err != nil {
@@ -290,119 +289,12 @@ func peek(data []byte) (State, int64, string, error) {
 	if !validState(s) {
 		return 0, 0, "", fmt.Errorf("%w: unknown state %d", errCorrupt, s)
 	}
-	d := reader{b: data[laneOffset:]}
-	lane := d.bytes()
-	if d.err != nil {
-		return 0, 0, "", fmt.Errorf("%w: %v", errCorrupt, d.err)
+	d := binenc.Decoder{B: data[laneOffset:]}
+	lane := d.String("lane")
+	if d.Err != nil {
+		return 0, 0, "", fmt.Errorf("%w: %v", errCorrupt, d.Err)
 	}
-	return s, int64(binary.BigEndian.Uint64(data[settledOffset:])), string(lane), nil
+	return s, int64(binary.BigEndian.Uint64(data[settledOffset:])), lane, nil
 }
 
 func validState(s State) bool { return s >= Pending && s <= Expired }
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
-}
-
-func appendBytes(b, s []byte) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-func appendHeader(b []byte, h http.Header) []byte {
-	b = binary.AppendUvarint(b, uint64(len(h)))
-	for k, vs := range h {
-		b = appendBytes(b, []byte(k))
-		b = binary.AppendUvarint(b, uint64(len(vs)))
-		for _, v := range vs {
-			b = appendBytes(b, []byte(v))
-		}
-	}
-	return b
-}
-
-// reader decodes fields, keeping the first error; lengths and counts are
-// bounded by the bytes left, so hostile input cannot make it allocate.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (d *reader) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errors.New("bad integer")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *reader) time() time.Time {
-	if d.err != nil {
-		return time.Time{}
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errors.New("bad time")
-		return time.Time{}
-	}
-	d.b = d.b[n:]
-	return fromNanos(v)
-}
-
-func (d *reader) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = fmt.Errorf("length %d beyond the %d bytes left", n, len(d.b))
-		return nil
-	}
-	if n == 0 {
-		return nil
-	}
-	out := append([]byte(nil), d.b[:n]...)
-	d.b = d.b[n:]
-	return out
-}
-
-func (d *reader) header() http.Header {
-	n := d.uvarint()
-	if d.err != nil || n == 0 {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errors.New("header count beyond the data")
-		return nil
-	}
-	h := make(http.Header, n)
-	for range n {
-		k := string(d.bytes())
-		nv := d.uvarint()
-		if d.err == nil && nv > uint64(len(d.b)) {
-			d.err = errors.New("value count beyond the data")
-		}
-		if d.err != nil {
-			return nil
-		}
-		for range nv {
-			h[k] = append(h[k], string(d.bytes()))
-		}
-	}
-	return h
-}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 func sampleRecord(t *testing.T) *Record {
@@ -34,25 +35,8 @@ func TestRecordRoundTrip(t *testing.T) {
 	got, err := decodeRecord(data)
 	require.NoError(t, err)
 
-	assert.Equal(t, r.ID, got.ID)
-	assert.Equal(t, r.State, got.State)
-	assert.Equal(t, r.Outcome, got.Outcome)
-	assert.Equal(t, r.Attempts, got.Attempts)
-	for _, p := range [][2]time.Time{{r.NextAttempt, got.NextAttempt}, {r.FirstSentAt, got.FirstSentAt}, {r.LastAttemptAt, got.LastAttemptAt}, {r.EnqueuedAt, got.EnqueuedAt}, {r.SettledAt, got.SettledAt}} {
-		assert.True(t, p[0].Equal(p[1]), "time %v != %v", p[1], p[0])
-	}
-	assert.Equal(t, r.Ambiguous, got.Ambiguous)
-	assert.Equal(t, r.LastClass, got.LastClass)
-	assert.Equal(t, r.LastStatus, got.LastStatus)
-	assert.Equal(t, r.LastError, got.LastError)
-	assert.Equal(t, r.Reason, got.Reason)
-	assert.Equal(t, r.Result, got.Result)
-	assert.Equal(t, r.ResubmittedAs, got.ResubmittedAs)
-	assert.True(t, got.leaseSetFirstSent)
-	assert.True(t, got.reauthorized)
-	assert.Equal(t, "k-1", got.Intent.Key())
-	assert.Equal(t, "acct", got.Intent.Lane())
-	assert.Equal(t, []byte(`{"a":1}`), got.Intent.Body())
+	// fzRecordFields covers every field, the intent's included.
+	assert.Equal(t, fzRecordFields(r), fzRecordFields(got), "decodeRecord(encode()) changed the record")
 }
 
 func TestRecordRoundTripMinimal(t *testing.T) {
@@ -74,7 +58,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 	good, err := sampleRecord(t).encode()
 	require.NoError(t, err)
 	reseal := func(b []byte) []byte {
-		return sealed(append([]byte(nil), b[:len(b)-4]...))
+		return binenc.Seal(append([]byte(nil), b[:len(b)-4]...))
 	}
 	edit := func(f func([]byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	tests := []struct {

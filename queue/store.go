@@ -2,12 +2,14 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
 	"slices"
 	"time"
 
+	"github.com/idem-go/idem/internal/binenc"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -198,7 +200,7 @@ func (x *index) moved(r *Record, old State, oldSize, newSize int) {
 		if l := x.lanes[r.Intent.Lane()]; l != nil {
 			l.drop(r.ID)
 		}
-		x.addSettled(settledEntry{nanos(r.SettledAt), r.ID})
+		x.addSettled(settledEntry{binenc.Nanos(r.SettledAt), r.ID})
 	case !r.State.Settled():
 		x.active += int64(newSize - oldSize)
 	}
@@ -208,7 +210,7 @@ func (x *index) moved(r *Record, old State, oldSize, newSize int) {
 func (x *index) removed(r *Record, size int) {
 	x.counts[r.State]--
 	if r.State.Settled() {
-		e := settledEntry{nanos(r.SettledAt), r.ID}
+		e := settledEntry{binenc.Nanos(r.SettledAt), r.ID}
 		if i, ok := slices.BinarySearchFunc(x.settled, e, cmpSettled); ok {
 			x.settled = slices.Delete(x.settled, i, i+1)
 		}
@@ -225,21 +227,27 @@ func (x *index) addSettled(e settledEntry) {
 	x.settled = slices.Insert(x.settled, i, e)
 }
 
-func cmpSettled(a, b settledEntry) int {
-	if a.at != b.at {
-		return cmpInt(a.at, b.at)
+// dropSettled removes the entries of due, sorted, from the settled order in
+// one pass. A sweep takes the oldest entries, at the front: deleting them one
+// at a time would shift the whole order, under Queue.mu, for each.
+func (x *index) dropSettled(due []settledEntry) {
+	if len(due) == 0 {
+		return
 	}
-	return cmpInt(int64(a.id), int64(b.id))
+	s := x.settled
+	end, found := slices.BinarySearchFunc(s, due[len(due)-1], cmpSettled)
+	if found {
+		end++
+	}
+	head := slices.DeleteFunc(s[:end], func(e settledEntry) bool {
+		_, ok := slices.BinarySearchFunc(due, e, cmpSettled)
+		return ok
+	})
+	x.settled = append(head, s[end:]...)
 }
 
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+func cmpSettled(a, b settledEntry) int {
+	return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.id, b.id))
 }
 
 // recover prepares a freshly opened file: it checks the layout, rebuilds the
@@ -254,7 +262,6 @@ func (q *Queue) recover() (err error) {
 			err = fmt.Errorf("%w: %s: %v", ErrDamaged, q.path, p)
 		}
 	}()
-	q.idx = index{lanes: map[string]*lane{}}
 	err = q.db.Update(func(tx *bolt.Tx) error {
 		q.idx = index{lanes: map[string]*lane{}}
 		b, err := open(tx)
@@ -273,7 +280,7 @@ func (q *Queue) recover() (err error) {
 		default:
 			return fmt.Errorf("%w: %s has layout version %d, this build reads %d", ErrDamaged, q.path, v, schemaVersion)
 		}
-		q.hwm = fromNanos(int64(getUint(b.meta, metaHWM)))
+		q.hwm = binenc.FromNanos(int64(getUint(b.meta, metaHWM)))
 		return q.scan(b)
 	})
 	if err != nil {
@@ -289,8 +296,7 @@ func (q *Queue) recover() (err error) {
 }
 
 // scan rebuilds the index from the records and returns in-flight ones to
-// pending: their attempt may have reached the server and nobody saw its end,
-// so they keep FirstSentAt and count as ambiguous.
+// pending (see orphaned).
 func (q *Queue) scan(b buckets) error {
 	var stale []ID
 	c := b.records.Cursor()
@@ -309,7 +315,8 @@ func (q *Queue) scan(b buckets) error {
 			continue
 		}
 		q.idx.active += int64(len(v))
-		q.idx.lane(laneName).ids = append(q.idx.lane(laneName).ids, id) // the cursor goes in ID order
+		l := q.idx.lane(laneName)
+		l.ids = append(l.ids, id) // the cursor goes in ID order
 		if s == InFlight {
 			stale = append(stale, id)
 		}
@@ -320,7 +327,7 @@ func (q *Queue) scan(b buckets) error {
 		if err != nil {
 			return err
 		}
-		r.State, r.Ambiguous, r.leaseSetFirstSent = Pending, true, false
+		orphaned(r)
 		oldSize, newSize, _, err := b.replace(r, InFlight)
 		if err != nil {
 			return err
@@ -330,15 +337,23 @@ func (q *Queue) scan(b buckets) error {
 	return nil
 }
 
-// saveHWM persists the clock's high-water mark when it has moved on by a
-// minute or more: a coarse mark is enough against a clock that is wrong by
-// more than ClockTolerance, and it keeps most leases to one page.
+// saveHWM persists the clock's high-water mark when it has moved on by
+// hwmStep, or by half of ClockTolerance if that is less: a coarse mark is
+// enough against a clock that is wrong by more than ClockTolerance, and it
+// keeps most leases to one page.
 func (q *Queue) saveHWM(b buckets, hwm time.Time) error {
-	if hwm.Sub(fromNanos(int64(getUint(b.meta, metaHWM)))) < min(hwmStep, q.opts.ClockTolerance/2) {
+	if hwm.Sub(binenc.FromNanos(int64(getUint(b.meta, metaHWM)))) < min(hwmStep, q.opts.ClockTolerance/2) {
 		return nil
 	}
-	return putUint(b.meta, metaHWM, uint64(nanos(hwm)))
+	return putUint(b.meta, metaHWM, uint64(binenc.Nanos(hwm)))
 }
 
 // hwmStep is how far the clock moves before its high-water mark is saved.
 const hwmStep = time.Minute
+
+// orphaned returns r, left in flight with nobody to see its attempt end (a
+// crash, a failed result commit), to pending: the attempt may have reached
+// the server, so r keeps FirstSentAt and counts as ambiguous.
+func orphaned(r *Record) {
+	r.State, r.Ambiguous, r.leaseSetFirstSent = Pending, true, false
+}

@@ -3,9 +3,9 @@ package queue
 import (
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
+	"github.com/idem-go/idem/internal/binenc"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -27,20 +27,18 @@ const (
 	compactFreeShare = 0.5
 )
 
-func (q *Queue) guardedSweep(now time.Time) (int, error) {
-	var n int
-	err := q.guard(func() error {
-		var err error
-		n, err = q.sweep(now)
+// guardedSweep is sweep for the running drainer, which races Close.
+func (q *Queue) guardedSweep(now time.Time) error {
+	return q.guard(func() error {
+		_, err := q.sweep(now)
 		return err
 	})
-	return n, err
 }
 
 // sweep removes settled records that settled KeepSettled or more ago, and
 // returns how many.
 func (q *Queue) sweep(now time.Time) (int, error) {
-	cutoff := nanos(now.Add(-q.opts.KeepSettled))
+	cutoff := binenc.Nanos(now.Add(-q.opts.KeepSettled))
 	total := 0
 	for {
 		q.mu.Lock()
@@ -55,11 +53,7 @@ func (q *Queue) sweep(now time.Time) (int, error) {
 		if len(due) == 0 {
 			return total, nil
 		}
-		type gone struct {
-			r    *Record
-			size int
-		}
-		var removed []gone
+		var removed []State
 		err := q.write(func(tx *bolt.Tx) error {
 			removed = removed[:0]
 			b, err := open(tx)
@@ -67,7 +61,7 @@ func (q *Queue) sweep(now time.Time) (int, error) {
 				return err
 			}
 			for _, e := range due {
-				r, size, err := b.get(e.id)
+				r, _, err := b.get(e.id)
 				if err != nil {
 					return err
 				}
@@ -77,7 +71,7 @@ func (q *Queue) sweep(now time.Time) (int, error) {
 				if err := b.remove(r); err != nil {
 					return err
 				}
-				removed = append(removed, gone{r, size})
+				removed = append(removed, r.State)
 			}
 			return nil
 		})
@@ -85,15 +79,12 @@ func (q *Queue) sweep(now time.Time) (int, error) {
 			return total, err
 		}
 		q.mu.Lock()
-		for _, g := range removed {
-			q.idx.removed(g.r, g.size)
+		for _, s := range removed {
+			q.idx.counts[s]-- // settled: in no lane, not counted as active
 		}
-		// Entries whose record went another way (discarded) leave too.
-		for _, e := range due {
-			if i, ok := slices.BinarySearchFunc(q.idx.settled, e, cmpSettled); ok {
-				q.idx.settled = slices.Delete(q.idx.settled, i, i+1)
-			}
-		}
+		// One pass drops the batch's entries, and those whose record went
+		// another way (discarded), so none is taken again.
+		q.idx.dropSettled(due)
 		q.mu.Unlock()
 		total += len(removed)
 	}
