@@ -159,7 +159,7 @@ func TestServerKeyRequired(t *testing.T) {
 }
 
 func TestServerSFStringKey(t *testing.T) {
-	s := startServer(t, testserver.Options{Faults: firstTime(testserver.FaultCommitThenDrop)})
+	s := startServer(t, testserver.Options{SFStringOnly: true, Faults: firstTime(testserver.FaultCommitThenDrop)})
 	c := fastClient(t, s)
 	c.KeyFormat = KeySFString
 	in := mustIntent(t, "POST", s.URL()+"/payments", "x")

@@ -20,8 +20,13 @@
 // gets 409. A lease that expires lets a later request take the claim over,
 // and completion is fenced by the owner token, so the slow original cannot
 // apply its effect after being overtaken. A failure before the effect deletes
-// the claim so that a retry executes. Completed records are forgotten after
-// Options.Retention; after that the same key is a new request.
+// the claim so that a retry executes. Completed records are forgotten
+// Options.Retention after the key's first claim; after that the same key is
+// a new request.
+//
+// The key is taken as the draft's sf-string ("abc") or bare (abc), as
+// deployed servers take it, and both name one record; Options.SFStringOnly
+// refuses the bare form, as the draft's letter does.
 //
 // PUT, DELETE and GET on /resources/{id} are naturally idempotent and carry
 // no key layer: a key sent with them is ignored, as Stripe does.

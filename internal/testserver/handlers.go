@@ -35,7 +35,7 @@ func (s *Server) routes() http.Handler {
 // with.
 func (s *Server) begin(w http.ResponseWriter, r *http.Request) (*exchange, bool) {
 	x := &exchange{w: w, r: r}
-	x.key, x.keyErr = requestKey(r.Header, s.opts.KeyHeader)
+	x.key, x.keyErr = requestKey(r.Header, s.opts.KeyHeader, s.opts.SFStringOnly)
 
 	s.mu.Lock()
 	s.stats.Requests++
@@ -110,20 +110,12 @@ func (s *Server) executeKeyed(x *exchange, effect func(*exchange) response) {
 	c := s.claimLocked(x.key, fp, s.opts.Now())
 	s.mu.Unlock()
 
-	release := func() {
+	if s.failBeforeEffect(x) {
 		if c.kind == claimOwned {
 			s.mu.Lock()
 			s.releaseLocked(x.key, c.owner)
 			s.mu.Unlock()
 		}
-	}
-	if s.failBeforeEffect(x) {
-		release()
-		return
-	}
-	if x.fault == FaultDelay && !s.pause() {
-		release()
-		writeError(x.w, http.StatusServiceUnavailable, "server shutting down")
 		return
 	}
 
@@ -132,7 +124,7 @@ func (s *Server) executeKeyed(x *exchange, effect func(*exchange) response) {
 	case claimOwned:
 		s.mu.Lock()
 		var done bool
-		resp, done = s.completeLocked(x.key, c.owner, s.opts.Now(), func() response { return effect(x) })
+		resp, done = s.completeLocked(x.key, c.owner, func() response { return effect(x) })
 		s.mu.Unlock()
 		if !done {
 			resp = errorResponse(http.StatusConflict, "idempotency key claim was taken over by another request")
@@ -153,18 +145,15 @@ func (s *Server) execute(x *exchange, effect func(*exchange) response) {
 	if s.failBeforeEffect(x) {
 		return
 	}
-	if x.fault == FaultDelay && !s.pause() {
-		writeError(x.w, http.StatusServiceUnavailable, "server shutting down")
-		return
-	}
 	s.mu.Lock()
 	resp := effect(x)
 	s.mu.Unlock()
 	s.respond(x, resp)
 }
 
-// failBeforeEffect answers x's pre-effect fault, if it has one, and reports
-// whether it did.
+// failBeforeEffect acts on x's pre-effect fault, if it has one, and reports
+// whether x was answered instead of going on to the effect: always for
+// Fault503 and Fault429, and for FaultDelay when Close cut the delay short.
 func (s *Server) failBeforeEffect(x *exchange) bool {
 	var status int
 	switch x.fault {
@@ -172,6 +161,12 @@ func (s *Server) failBeforeEffect(x *exchange) bool {
 		status = http.StatusServiceUnavailable
 	case Fault429:
 		status = http.StatusTooManyRequests
+	case FaultDelay:
+		if s.pause() {
+			return false
+		}
+		writeError(x.w, http.StatusServiceUnavailable, "server shutting down")
+		return true
 	default:
 		return false
 	}

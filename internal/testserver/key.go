@@ -15,6 +15,7 @@ var (
 	errKeyEmpty     = errors.New("idempotency key is empty")
 	errKeyTooLong   = errors.New("idempotency key is longer than 255 characters")
 	errKeyMultiple  = errors.New("more than one idempotency key")
+	errKeyBare      = errors.New("idempotency key is not an sf-string")
 )
 
 // requestKey returns the key carried by header name in h, "" with a nil
@@ -22,8 +23,9 @@ var (
 //
 // The draft defines the value as an RFC 8941 sf-string ("abc"), while
 // deployed servers and most clients send the bare key; both are accepted
-// and decode to the same key, so "abc" and abc name one record.
-func requestKey(h http.Header, name string) (string, error) {
+// unless sfOnly, and decode to the same key, so "abc" and abc name one
+// record.
+func requestKey(h http.Header, name string, sfOnly bool) (string, error) {
 	values := h.Values(name)
 	switch len(values) {
 	case 0:
@@ -45,6 +47,9 @@ func requestKey(h http.Header, name string) (string, error) {
 	} else {
 		if !isPlainKey(v) {
 			return "", errKeyMalformed
+		}
+		if sfOnly {
+			return "", errKeyBare
 		}
 		key = v
 	}

@@ -46,9 +46,30 @@ func TestRequestKey(t *testing.T) {
 			for _, v := range tt.values {
 				h.Add("Idempotency-Key", v)
 			}
-			got, err := requestKey(h, "Idempotency-Key")
+			got, err := requestKey(h, "Idempotency-Key", false)
 			assert.Equal(t, tt.want, got, "requestKey(%q) key", tt.values)
 			assert.Equal(t, tt.wantErr, err, "requestKey(%q) error", tt.values)
+		})
+	}
+}
+
+func TestRequestKeySFStringOnly(t *testing.T) {
+	tests := []struct {
+		value   string
+		want    string
+		wantErr error
+	}{
+		{`"abc"`, "abc", nil},
+		{"abc", "", errKeyBare},
+		{`"abc`, "", errKeyMalformed},
+		{`ab"c`, "", errKeyMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			h := http.Header{"Idempotency-Key": {tt.value}}
+			got, err := requestKey(h, "Idempotency-Key", true)
+			assert.Equal(t, tt.want, got, "requestKey(%q) key", tt.value)
+			assert.Equal(t, tt.wantErr, err, "requestKey(%q) error", tt.value)
 		})
 	}
 }

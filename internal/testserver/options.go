@@ -34,9 +34,16 @@ type Options struct {
 	// draft allows. False means a keyless POST is executed every time.
 	RequireKey bool
 
-	// Retention is how long a completed record is kept after completion;
-	// after that the same key is a new request. Zero or negative means
-	// DefaultRetention.
+	// SFStringOnly makes a bare key (abc rather than "abc") fail with 400,
+	// as on a server that takes the draft's sf-string form only; a test of
+	// a client's sf-string option needs it to fail when the option is
+	// ignored. False accepts both forms, as deployed servers do.
+	SFStringOnly bool
+
+	// Retention is how long a completed record is kept, counted from the
+	// key's first claim (the server's first sight of it, as Stripe counts a
+	// key's age and as the queue's horizon assumes); after that the same key
+	// is a new request. Zero or negative means DefaultRetention.
 	Retention time.Duration
 
 	// Lease is how long a claim stays live; a request finding a claim whose

@@ -131,6 +131,8 @@ func TestKeyValidation(t *testing.T) {
 		{"empty sf-string", Options{}, "Idempotency-Key", `""`, 400, "idempotency key is empty", 0},
 		{"too long", Options{}, "Idempotency-Key", strings.Repeat("k", 256), 400, "idempotency key is longer than 255 characters", 0},
 		{"optional and missing", Options{}, "", "", 201, "", 1},
+		{"bare key, sf-string only", Options{SFStringOnly: true}, "Idempotency-Key", "abc", 400, "idempotency key is not an sf-string", 0},
+		{"sf-string key, sf-string only", Options{SFStringOnly: true}, "Idempotency-Key", `"abc"`, 201, "", 1},
 		{"custom header", Options{KeyHeader: "X-Request-Key", RequireKey: true}, "X-Request-Key", "abc", 201, "", 1},
 		{"custom header, default one ignored", Options{KeyHeader: "X-Request-Key", RequireKey: true}, "Idempotency-Key", "abc", 400, "idempotency key required", 0},
 	}
@@ -292,6 +294,49 @@ func TestRetentionExpiry(t *testing.T) {
 		{59 * time.Minute, true, 1},
 		{time.Minute, false, 2}, // exactly at the horizon: forgotten
 		{30 * time.Minute, true, 2},
+	}
+	for i, step := range steps {
+		clock.Advance(step.advance)
+		got := mustSend(t, c, "POST", url, "k", "x")
+		assert.Equal(t, http.StatusCreated, got.status, "step %d status", i)
+		replayed := got.header.Get("Idempotent-Replayed") == "true"
+		assert.Equal(t, step.wantReplayed, replayed, "step %d replayed: got %v, want %v", i, replayed, step.wantReplayed)
+		assert.Equal(t, step.wantEffects, s.EffectsForKey("k"), "step %d EffectsForKey", i)
+	}
+}
+
+// TestRetentionCountsFromFirstClaim: a key's age runs from when the server
+// first saw it, not from when its effect completed, so a slow first request
+// does not stretch the horizon a client relies on.
+func TestRetentionCountsFromFirstClaim(t *testing.T) {
+	clock := newFakeClock()
+	s := startServer(t, Options{
+		Now:       clock.Now,
+		Retention: time.Hour,
+		Lease:     2 * time.Hour,
+		Faults:    faultOnFirst(FaultDelay),
+		Delay:     200 * time.Millisecond,
+	})
+	c := testClient(t, s)
+	url := s.URL() + "/payments"
+
+	var wg sync.WaitGroup
+	var first reply
+	var firstErr error
+	wg.Go(func() { first, firstErr = send(c, "POST", url, "k", "x") })
+	waitClaimed(t, s, "k")
+	clock.Advance(40 * time.Minute) // the effect completes 40 minutes after the claim
+	wg.Wait()
+	require.NoError(t, firstErr)
+	require.Equal(t, http.StatusCreated, first.status, "first request")
+
+	steps := []struct {
+		advance      time.Duration
+		wantReplayed bool
+		wantEffects  int
+	}{
+		{19 * time.Minute, true, 1},
+		{time.Minute, false, 2}, // an hour after the claim, 20 minutes after completion
 	}
 	for i, step := range steps {
 		clock.Advance(step.advance)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestResources(t *testing.T) {
@@ -46,13 +47,13 @@ func TestResources(t *testing.T) {
 func TestResourceKeepsContentType(t *testing.T) {
 	s := startServer(t, Options{})
 	c := testClient(t, s)
-	req, err := http.NewRequest("PUT", s.URL()+"/resources/doc", nil)
-	assert.NoError(t, err)
-	req.Body = http.NoBody
+	req, err := http.NewRequest("PUT", s.URL()+"/resources/doc", http.NoBody)
+	require.NoError(t, err)
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	resp, err := c.Do(req)
-	assert.NoError(t, err)
+	require.NoError(t, err)
 	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "PUT status")
 	got := mustSend(t, c, "GET", s.URL()+"/resources/doc", "", "")
 	assert.Equal(t, "text/plain; charset=utf-8", got.header.Get("Content-Type"))
 }

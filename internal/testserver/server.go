@@ -76,7 +76,9 @@ type Stats struct {
 	BadRequests int
 	// Refused counts dials refused by DialContext.
 	Refused int
-	// Faults counts injected faults by kind; FaultNone is not counted.
+	// Faults counts the faults Options.Faults chose, by kind; FaultNone
+	// is not counted. A request answered 400 or 413 before its fault's
+	// point still counts, though the fault never acted.
 	Faults map[Fault]int
 }
 

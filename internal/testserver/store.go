@@ -32,8 +32,9 @@ type record struct {
 	owner      uint64
 	leaseUntil time.Time
 	resp       response // set when completed; body never mutated after
-	created    time.Time
-	completed  time.Time
+	// created is when the key was first claimed: the server's first sight
+	// of it, from which Options.Retention counts. A takeover keeps it.
+	created time.Time
 }
 
 // claimKind is what a claim found.
@@ -61,7 +62,7 @@ type claim struct {
 // The caller holds s.mu, which makes check and insert one atomic step.
 func (s *Server) claimLocked(key string, fp [sha256.Size]byte, now time.Time) claim {
 	rec, ok := s.records[key]
-	if ok && rec.state == stateCompleted && !now.Before(rec.completed.Add(s.opts.Retention)) {
+	if ok && rec.state == stateCompleted && !now.Before(rec.created.Add(s.opts.Retention)) {
 		// Forgotten: from here on the key is a new request, which is how a
 		// client that resends past the horizon causes a duplicate.
 		delete(s.records, key)
@@ -108,7 +109,7 @@ func (s *Server) claimLocked(key string, fp [sha256.Size]byte, now time.Time) cl
 //
 // An expired lease alone does not fence: if nobody took the claim over,
 // the original owner is still the only executor and may finish.
-func (s *Server) completeLocked(key string, owner uint64, now time.Time, effect func() response) (resp response, ok bool) {
+func (s *Server) completeLocked(key string, owner uint64, effect func() response) (resp response, ok bool) {
 	rec, found := s.records[key]
 	if !found || rec.state != stateClaimed || rec.owner != owner {
 		s.stats.Fenced++
@@ -117,7 +118,6 @@ func (s *Server) completeLocked(key string, owner uint64, now time.Time, effect 
 	resp = effect()
 	rec.state = stateCompleted
 	rec.resp = resp
-	rec.completed = now
 	return resp, true
 }
 
