@@ -43,22 +43,29 @@ func eachPayment(build func(*testserver.Server, config) sendFunc) func(context.C
 	return func(ctx context.Context, srv *testserver.Server, cfg config) ([]verdict, error) {
 		send := build(srv, cfg)
 		verdicts := make([]verdict, cfg.n)
-		var wg sync.WaitGroup
-		next := make(chan int)
-		for range cfg.workers {
-			wg.Go(func() {
-				for i := range next {
-					verdicts[i] = send(ctx, srv.URL()+"/payments", payment(i))
-				}
-			})
-		}
-		for i := range cfg.n {
-			next <- i
-		}
-		close(next)
-		wg.Wait()
+		inParallel(cfg.n, cfg.workers, func(i int) {
+			verdicts[i] = send(ctx, srv.URL()+"/payments", payment(i))
+		})
 		return verdicts, nil
 	}
+}
+
+// inParallel calls f for each of 0 to n-1, workers calls at a time.
+func inParallel(n, workers int, f func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				f(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // naiveAttempts and naiveBase match idem's defaults, so the rows differ in

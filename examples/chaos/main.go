@@ -97,10 +97,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("chaos: fault rates add up to %.2f, more than 1", total)
 	case c.refuse < 0 || c.refuse >= 1:
 		return c, fmt.Errorf("chaos: -refuse is %v, want 0 to less than 1", c.refuse)
-	case c.n < 1 || c.workers < 1:
-		return c, fmt.Errorf("chaos: -n and -workers must be at least 1")
-	case c.timeout <= 0 || c.delay <= 0:
-		return c, fmt.Errorf("chaos: -timeout and -delay must be positive")
+	case c.n < 1:
+		return c, fmt.Errorf("chaos: -n is %d, want at least 1", c.n)
+	case c.workers < 1:
+		return c, fmt.Errorf("chaos: -workers is %d, want at least 1", c.workers)
+	case c.timeout <= 0:
+		return c, fmt.Errorf("chaos: -timeout is %v, want more than 0", c.timeout)
+	case c.delay <= 0:
+		return c, fmt.Errorf("chaos: -delay is %v, want more than 0", c.delay)
 	}
 	return c, nil
 }

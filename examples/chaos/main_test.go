@@ -67,17 +67,22 @@ func TestScenes(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"-drop", "1.5"},
-		{"-drop", "0.6", "-e503", "0.6"},
-		{"-refuse", "1"},
-		{"-n", "0"},
-		{"-timeout", "0s"},
-		{"-nope"},
+	for _, tt := range []struct {
+		args []string
+		want string // in the message: what was wrong
+	}{
+		{[]string{"-drop", "1.5"}, "-drop is 1.5"},
+		{[]string{"-drop", "0.6", "-e503", "0.6"}, "fault rates add up to 1.32"},
+		{[]string{"-refuse", "1"}, "-refuse is 1"},
+		{[]string{"-n", "0"}, "-n is 0"},
+		{[]string{"-workers", "0"}, "-workers is 0"},
+		{[]string{"-timeout", "0s"}, "-timeout is 0s"},
+		{[]string{"-delay", "-1s"}, "-delay is -1s"},
+		{[]string{"-nope"}, "-nope"},
 	} {
 		var out, errOut bytes.Buffer
-		assert.Equal(t, 2, run(args, &out, &errOut), "run(%q)", args)
-		assert.NotEmpty(t, errOut.String(), "run(%q) must say what was wrong", args)
+		assert.Equal(t, 2, run(tt.args, &out, &errOut), "run(%q)", tt.args)
+		assert.Contains(t, errOut.String(), tt.want, "run(%q) must say what was wrong", tt.args)
 	}
 }
 

@@ -140,28 +140,17 @@ func (d *drainer) stop() error {
 func enqueueAll(ctx context.Context, q *queue.Queue, url string, cfg config) ([]queue.ID, error) {
 	ids := make([]queue.ID, cfg.n)
 	errs := make([]error, cfg.n)
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range cfg.workers {
-		wg.Go(func() {
-			for i := range next {
-				in, err := idem.NewIntent(http.MethodPost, url, payment(i),
-					idem.WithHeader("Content-Type", "application/json"),
-					idem.WithLane(strconv.Itoa(i%queueLanes(cfg))))
-				if err == nil {
-					ids[i], err = q.Enqueue(ctx, in)
-				}
-				if err != nil {
-					errs[i] = fmt.Errorf("chaos: queue scene: enqueuing payment %d: %w", i, err)
-				}
-			}
-		})
-	}
-	for i := range cfg.n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	inParallel(cfg.n, cfg.workers, func(i int) {
+		in, err := idem.NewIntent(http.MethodPost, url, payment(i),
+			idem.WithHeader("Content-Type", "application/json"),
+			idem.WithLane(strconv.Itoa(i%queueLanes(cfg))))
+		if err == nil {
+			ids[i], err = q.Enqueue(ctx, in)
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("chaos: queue scene: enqueuing payment %d: %w", i, err)
+		}
+	})
 	return ids, errors.Join(errs...)
 }
 

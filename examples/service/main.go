@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ func main() {
 		os.Exit(1)
 	}
 	if sum.charges != 1 || sum.orders != 1 {
+		fmt.Fprintf(os.Stderr, "service: %d charge(s) and %d order(s), want 1 of each\n", sum.charges, sum.orders)
 		os.Exit(1)
 	}
 }
@@ -51,16 +53,13 @@ func run(out io.Writer) (summary, error) {
 
 	svc := newOrderService(payments.URL()+"/payments", &idem.Client{HTTPClient: payments.Client()})
 	svc.crashAfterCharge = true // the first order request dies after charging
-	orders, err := serve(svc)
-	if err != nil {
-		return summary{}, err
-	}
+	orders := httptest.NewServer(svc)
 	defer orders.Close()
 
 	// The caller (a shop front end) creates the order intent once, with its
 	// key, and lets idem retry it: the service is a server like any other.
 	shop := &idem.Client{Policy: idem.Policy{BaseDelay: 20 * time.Millisecond}}
-	in, err := idem.NewIntent("POST", orders.url+"/orders", []byte(`{"cart":"c-81","amount_cents":4200}`),
+	in, err := idem.NewIntent("POST", orders.URL+"/orders", []byte(`{"cart":"c-81","amount_cents":4200}`),
 		idem.WithHeader("Content-Type", "application/json"))
 	if err != nil {
 		return summary{}, err
@@ -103,9 +102,9 @@ type orderService struct {
 	crashed int
 }
 
+// order is a recorded order: one whose charge went through.
 type order struct {
 	chargeID string
-	done     bool
 }
 
 func newOrderService(paymentsURL string, c *idem.Client) *orderService {
@@ -124,12 +123,13 @@ func (s *orderService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
+		http.Error(w, `{"error":"reading the order"}`, http.StatusBadRequest)
 		return
 	}
 	s.mu.Lock()
 	o, seen := s.orders[key]
 	s.mu.Unlock()
-	if seen && o.done { // a replay of a finished order
+	if seen { // a replay of a finished order
 		w.Header().Set("Idempotent-Replayed", "true")
 		writeOrder(w, key, o)
 		return
@@ -159,7 +159,7 @@ func (s *orderService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Phase 2, record.
-	o = order{chargeID: chargeID, done: true}
+	o = order{chargeID: chargeID}
 	s.mu.Lock()
 	s.orders[key] = o
 	s.mu.Unlock()
@@ -202,11 +202,3 @@ func (s *orderService) crashes() int {
 func writeOrder(w http.ResponseWriter, key string, o order) {
 	fmt.Fprintf(w, `{"order":"o-%s","charge":%s}`+"\n", key[:8], o.chargeID)
 }
-
-// listener is a loopback HTTP server.
-type listener struct {
-	srv *http.Server
-	url string
-}
-
-func (l *listener) Close() { l.srv.Close() }
