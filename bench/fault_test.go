@@ -69,7 +69,7 @@ func (s *faultServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	w.WriteHeader(http.StatusCreated)
-	_, _ = io.WriteString(w, `{"id":"pay_1","status":"created"}`)
+	_, _ = io.WriteString(w, createdBody)
 }
 
 // totals returns the effects applied more than once per operation, the
@@ -103,7 +103,7 @@ func BenchmarkFault(b *testing.B) {
 			srv := httptest.NewServer(fs)
 			defer srv.Close()
 			url := srv.URL + "/payments"
-			p := newPeer(b, m, nil, equalRetries)
+			p := newPeer(b, m, nil)
 			var next, errs atomic.Int64
 			ctx := context.Background()
 			b.ResetTimer()

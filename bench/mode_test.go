@@ -76,14 +76,14 @@ func depths(b *testing.B) []int {
 
 // parseCount reads 1000, 1k or 1M.
 func parseCount(s string) (int, error) {
-	mult := 1
+	num, mult := s, 1
 	switch {
 	case strings.HasSuffix(s, "k"):
-		s, mult = s[:len(s)-1], 1_000
+		num, mult = s[:len(s)-1], 1_000
 	case strings.HasSuffix(s, "M"):
-		s, mult = s[:len(s)-1], 1_000_000
+		num, mult = s[:len(s)-1], 1_000_000
 	}
-	n, err := strconv.Atoi(s)
+	n, err := strconv.Atoi(num)
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%q is not a count like 1000, 1k or 1M", s)
 	}
@@ -114,7 +114,9 @@ func TestParseCount(t *testing.T) {
 			t.Errorf("fmtCount(%d) = %q, want %q", tt.want, s, tt.in)
 		}
 	}
-	if _, err := parseCount("lots"); err == nil {
-		t.Error(`parseCount("lots") = nil error, want one`)
+	for _, in := range []string{"lots", "0", "xk"} {
+		if _, err := parseCount(in); err == nil || !strings.Contains(err.Error(), strconv.Quote(in)) {
+			t.Errorf("parseCount(%q) error = %v, want one naming %q", in, err, in)
+		}
 	}
 }

@@ -71,7 +71,7 @@ func BenchmarkOutage(b *testing.B) {
 					defer srv.Close()
 					url = srv.URL + "/payments"
 				}
-				p := newPeer(b, m, &dials, equalRetries)
+				p := newPeer(b, m, &dials)
 				var stop atomic.Bool
 				var ops, succeeded atomic.Int64
 				ctx := context.Background()

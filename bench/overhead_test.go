@@ -9,29 +9,32 @@ import (
 	"testing"
 )
 
-// okHandler answers every request at once with a small JSON body: 201 to a
-// POST, 200 to anything else.
+// The small JSON bodies of every success answer: createdBody with a 201 to a
+// POST, okBody with a 200 to anything else.
+const (
+	createdBody = `{"id":"pay_1","status":"created"}`
+	okBody      = `{"id":"pay_1","status":"succeeded"}`
+)
+
+// okHandler answers every request at once: createdBody to a POST, okBody to
+// anything else.
 func okHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		if r.Method == http.MethodPost {
 			w.WriteHeader(http.StatusCreated)
-			_, _ = io.WriteString(w, `{"id":"pay_1","status":"created"}`)
+			_, _ = io.WriteString(w, createdBody)
 			return
 		}
-		_, _ = io.WriteString(w, `{"id":"pay_1","status":"succeeded"}`)
+		_, _ = io.WriteString(w, okBody)
 	})
 }
 
-// BenchmarkOverhead is the success path of each client on one loopback
-// server, one operation at a time. The difference to raw is what the client
-// adds per operation; compare with benchstat -col /client. Besides ns/op it
-// reports cpu-ns/op, the process's CPU time per operation.
-func BenchmarkOverhead(b *testing.B) {
-	srv := httptest.NewServer(okHandler())
-	defer srv.Close()
-	url := srv.URL + "/payments"
+// eachSuccessCase runs fn as one sub-benchmark per operation and client of
+// the success path: POST and GET for every peer, and the keyed peers for
+// POST.
+func eachSuccessCase(b *testing.B, fn func(b *testing.B, m peerMaker, method string, body []byte)) {
 	ops := []struct {
 		method string
 		body   []byte
@@ -42,31 +45,42 @@ func BenchmarkOverhead(b *testing.B) {
 			ms = append(ms, keyedPeers()...)
 		}
 		for _, m := range ms {
-			b.Run("op="+op.method+"/client="+m.name, func(b *testing.B) {
-				p := newPeer(b, m, nil, equalRetries)
-				ctx := context.Background()
-				if _, err := p.do(ctx, op.method, url, op.body, ""); err != nil { // open the connection
-					b.Fatal(err)
-				}
-				b.ReportAllocs()
-				cpu0, cpuOK := cpuTime()
-				for b.Loop() {
-					status, err := p.do(ctx, op.method, url, op.body, "")
-					if err != nil {
-						b.Fatal(err)
-					}
-					if status >= 300 {
-						b.Fatalf("status %d", status)
-					}
-				}
-				// CPU time, the server's included (the same for every
-				// client), is steadier than wall time on a shared machine.
-				if cpu1, ok := cpuTime(); ok && cpuOK {
-					b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
-				}
-			})
+			b.Run("op="+op.method+"/client="+m.name, func(b *testing.B) { fn(b, m, op.method, op.body) })
 		}
 	}
+}
+
+// BenchmarkOverhead is the success path of each client on one loopback
+// server, one operation at a time. The difference to raw is what the client
+// adds per operation; compare with benchstat -col /client. Besides ns/op it
+// reports cpu-ns/op, the process's CPU time per operation.
+func BenchmarkOverhead(b *testing.B) {
+	srv := httptest.NewServer(okHandler())
+	defer srv.Close()
+	url := srv.URL + "/payments"
+	eachSuccessCase(b, func(b *testing.B, m peerMaker, method string, body []byte) {
+		p := newPeer(b, m, nil)
+		ctx := context.Background()
+		if _, err := p.do(ctx, method, url, body, ""); err != nil { // open the connection
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		cpu0, cpuOK := cpuTime()
+		for b.Loop() {
+			status, err := p.do(ctx, method, url, body, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if status >= 300 {
+				b.Fatalf("status %d", status)
+			}
+		}
+		// CPU time, the server's included (the same for every client), is
+		// steadier than wall time on a shared machine.
+		if cpu1, ok := cpuTime(); ok && cpuOK {
+			b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+		}
+	})
 }
 
 // memoryTransport answers every request at once without a network, as
@@ -80,9 +94,9 @@ func (memoryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, req.Body)
 		_ = req.Body.Close()
 	}
-	status, body := http.StatusOK, `{"id":"pay_1","status":"succeeded"}`
+	status, body := http.StatusOK, okBody
 	if req.Method == http.MethodPost {
-		status, body = http.StatusCreated, `{"id":"pay_1","status":"created"}`
+		status, body = http.StatusCreated, createdBody
 	}
 	return &http.Response{
 		Status: http.StatusText(status), StatusCode: status,
@@ -98,30 +112,18 @@ func (memoryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // and allocations each client adds to an operation, without the network.
 func BenchmarkClientCost(b *testing.B) {
 	const url = "http://api.example/payments"
-	ops := []struct {
-		method string
-		body   []byte
-	}{{http.MethodPost, payload}, {http.MethodGet, nil}}
-	for _, op := range ops {
-		ms := peers()
-		if op.method == http.MethodPost {
-			ms = append(ms, keyedPeers()...)
+	eachSuccessCase(b, func(b *testing.B, m peerMaker, method string, body []byte) {
+		p := m.make(memoryTransport{}, equalRetries)
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			status, err := p.do(ctx, method, url, body, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if status >= 300 {
+				b.Fatalf("status %d", status)
+			}
 		}
-		for _, m := range ms {
-			b.Run("op="+op.method+"/client="+m.name, func(b *testing.B) {
-				p := m.make(memoryTransport{}, equalRetries)
-				ctx := context.Background()
-				b.ReportAllocs()
-				for b.Loop() {
-					status, err := p.do(ctx, op.method, url, op.body, "")
-					if err != nil {
-						b.Fatal(err)
-					}
-					if status >= 300 {
-						b.Fatalf("status %d", status)
-					}
-				}
-			})
-		}
-	}
+	})
 }

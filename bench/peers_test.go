@@ -56,7 +56,6 @@ var equalRetries = retries{n: 3, base: 2 * time.Millisecond, max: 20 * time.Mill
 
 // peer sends operations as its library's caller would.
 type peer struct {
-	name string
 	// do sends one operation and reads and closes the response. body is
 	// nil for a GET; op, if not empty, is sent in opHeader. It returns the
 	// final status, or the error the caller would see.
@@ -89,10 +88,11 @@ func keyedPeers() []peerMaker {
 	return []peerMaker{{"retryablehttp-key", keyedRetryablePeer}}
 }
 
-func newPeer(b *testing.B, m peerMaker, dials *atomic.Int64, r retries) peer {
+// newPeer makes m's peer over a fresh newTransport, with equalRetries.
+func newPeer(b *testing.B, m peerMaker, dials *atomic.Int64) peer {
 	tr := newTransport(dials)
 	b.Cleanup(tr.CloseIdleConnections)
-	return m.make(tr, r)
+	return m.make(tr, equalRetries)
 }
 
 func bodyReader(body []byte) io.Reader {
@@ -100,6 +100,32 @@ func bodyReader(body []byte) io.Reader {
 		return nil
 	}
 	return bytes.NewReader(body)
+}
+
+// setHeaders sets what every peer sends beside the body: its Content-Type,
+// opHeader if op is not empty, and, if key is set, a fresh idempotency key on
+// a request that is not a GET.
+func setHeaders(req *http.Request, body []byte, op string, key bool) {
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if op != "" {
+		req.Header.Set(opHeader, op)
+	}
+	if key && req.Method != http.MethodGet {
+		req.Header.Set(idem.DefaultKeyHeader, uuid.NewString())
+	}
+}
+
+// readStatus reads and closes the body of resp, as a caller would, and
+// returns its status.
+func readStatus(resp *http.Response, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 // stdDo sends through an http.Client; key, if set, adds an idempotency key
@@ -110,28 +136,14 @@ func stdDo(hc *http.Client, key bool) func(ctx context.Context, method, url stri
 		if err != nil {
 			return 0, err
 		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if op != "" {
-			req.Header.Set(opHeader, op)
-		}
-		if key && method != http.MethodGet {
-			req.Header.Set(idem.DefaultKeyHeader, uuid.NewString())
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode, nil
+		setHeaders(req, body, op, key)
+		return readStatus(hc.Do(req))
 	}
 }
 
 // rawPeer is net/http alone: no retries of its own.
 func rawPeer(tr http.RoundTripper, _ retries) peer {
-	return peer{name: "raw", do: stdDo(&http.Client{Transport: tr}, false)}
+	return peer{do: stdDo(&http.Client{Transport: tr}, false)}
 }
 
 // retryablePeer is go-retryablehttp's NewClient with the equal retry count
@@ -144,9 +156,7 @@ func retryablePeer(tr http.RoundTripper, r retries) peer {
 // POST, as a caller must for its retries to be safe: the same request on the
 // wire as idem's.
 func keyedRetryablePeer(tr http.RoundTripper, r retries) peer {
-	p := retryable(tr, r, true)
-	p.name = "retryablehttp-key"
-	return p
+	return retryable(tr, r, true)
 }
 
 func retryable(tr http.RoundTripper, r retries, key bool) peer {
@@ -155,7 +165,7 @@ func retryable(tr http.RoundTripper, r retries, key bool) peer {
 	c.Logger = nil
 	c.RetryMax = r.n
 	c.RetryWaitMin, c.RetryWaitMax = r.base, r.max
-	return peer{name: "retryablehttp", do: func(ctx context.Context, method, url string, body []byte, op string) (int, error) {
+	return peer{do: func(ctx context.Context, method, url string, body []byte, op string) (int, error) {
 		var raw any
 		if body != nil {
 			raw = body
@@ -164,22 +174,8 @@ func retryable(tr http.RoundTripper, r retries, key bool) peer {
 		if err != nil {
 			return 0, err
 		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if op != "" {
-			req.Header.Set(opHeader, op)
-		}
-		if key && method != http.MethodGet {
-			req.Header.Set(idem.DefaultKeyHeader, uuid.NewString())
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode, nil
+		setHeaders(req.Request, body, op, key)
+		return readStatus(c.Do(req))
 	}}
 }
 
@@ -195,7 +191,7 @@ func (quiet) Debugf(string, ...any) {}
 func restyPeer(tr http.RoundTripper, r retries) peer {
 	c := resty.New().SetTransport(tr).SetLogger(quiet{}).
 		SetRetryCount(r.n).SetRetryWaitTime(r.base).SetRetryMaxWaitTime(r.max)
-	return peer{name: "resty", do: func(ctx context.Context, method, url string, body []byte, op string) (int, error) {
+	return peer{do: func(ctx context.Context, method, url string, body []byte, op string) (int, error) {
 		req := c.R().SetContext(ctx)
 		if body != nil {
 			req.SetHeader("Content-Type", "application/json").SetBody(body)
@@ -219,7 +215,7 @@ func idemPolicy(r retries) idem.Policy {
 // with Client.Do: the key is generated by NewIntent.
 func idemDoPeer(tr http.RoundTripper, r retries) peer {
 	c := &idem.Client{HTTPClient: &http.Client{Transport: tr}, Policy: idemPolicy(r)}
-	return peer{name: "idem-do", stats: c.Stats, do: func(ctx context.Context, method, url string, body []byte, op string) (int, error) {
+	return peer{stats: c.Stats, do: func(ctx context.Context, method, url string, body []byte, op string) (int, error) {
 		var opts []idem.IntentOption
 		if body != nil {
 			opts = append(opts, idem.WithHeader("Content-Type", "application/json"))
@@ -245,5 +241,5 @@ func idemDoPeer(tr http.RoundTripper, r retries) peer {
 // gives each POST its key, since the Transport never makes one.
 func idemTransportPeer(tr http.RoundTripper, r retries) peer {
 	t := &idem.Transport{Base: tr, Policy: idemPolicy(r)}
-	return peer{name: "idem-transport", stats: t.Stats, do: stdDo(&http.Client{Transport: t}, true)}
+	return peer{stats: t.Stats, do: stdDo(&http.Client{Transport: t}, true)}
 }

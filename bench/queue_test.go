@@ -44,12 +44,17 @@ func newKeyedIntent(tb testing.TB, url string) *idem.Intent {
 }
 
 func newIntentWith(tb testing.TB, url string, opt idem.IntentOption) *idem.Intent {
-	in, err := idem.NewIntent(http.MethodPost, url, payload,
-		idem.WithHeader("Content-Type", "application/json"), opt)
+	in, err := buildIntent(url, opt)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return in
+}
+
+// buildIntent is newIntentWith for any goroutine: it returns its error, since
+// only the benchmark's own goroutine may call Fatal.
+func buildIntent(url string, opt idem.IntentOption) (*idem.Intent, error) {
+	return idem.NewIntent(http.MethodPost, url, payload, idem.WithHeader("Content-Type", "application/json"), opt)
 }
 
 // openQueue opens the queue file at path with limits past anything a
@@ -169,9 +174,10 @@ func BenchmarkDrain(b *testing.B) {
 	for _, lanes := range []int{1, 64} {
 		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) {
 			var served atomic.Int64
+			ok := okHandler()
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				served.Add(1)
-				okHandler().ServeHTTP(w, r)
+				ok.ServeHTTP(w, r)
 			}))
 			defer srv.Close()
 			url := srv.URL + "/payments"
@@ -285,7 +291,11 @@ func queueAtDepth(b *testing.B, depth int) *queue.Queue {
 		start := time.Now()
 		ctx := context.Background()
 		err = produce(64, more, func(int) error {
-			_, err := q.Enqueue(ctx, newIntent(b, queueURL, ""))
+			in, err := buildIntent(queueURL, idem.WithLane(""))
+			if err != nil {
+				return err
+			}
+			_, err = q.Enqueue(ctx, in)
 			return err
 		})
 		if err != nil {

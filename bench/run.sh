@@ -72,27 +72,30 @@ bench() {
 	}
 }
 
+# rounds N FILE ARGS...: N processes, one a round, each running bench.
+rounds() {
+	local n=$1 i
+	shift
+	for ((i = 1; i <= n; i++)); do
+		bench "$@"
+	done
+}
+
 phase() { [[ "$PHASES" == *" $1 "* ]]; }
 
 if phase overhead; then
 	log "overhead: $COUNT rounds"
-	for ((i = 1; i <= COUNT; i++)); do
-		bench overhead.txt -test.bench '^BenchmarkOverhead$' -test.benchmem -test.benchtime 1s
-	done
+	rounds "$COUNT" overhead.txt -test.bench '^BenchmarkOverhead$' -test.benchmem -test.benchtime 1s
 fi
 
 if phase clientcost; then
 	log "client cost without network: $COUNT rounds"
-	for ((i = 1; i <= COUNT; i++)); do
-		bench clientcost.txt -test.bench '^BenchmarkClientCost$' -test.benchmem -test.benchtime 1s
-	done
+	rounds "$COUNT" clientcost.txt -test.bench '^BenchmarkClientCost$' -test.benchmem -test.benchtime 1s
 fi
 
 if phase enqueue; then
 	log "enqueue: $COUNT rounds"
-	for ((i = 1; i <= COUNT; i++)); do
-		bench enqueue.txt -test.bench '^BenchmarkEnqueue$' -test.benchtime 1s
-	done
+	rounds "$COUNT" enqueue.txt -test.bench '^BenchmarkEnqueue$' -test.benchtime 1s
 fi
 
 if phase depth; then
@@ -100,30 +103,22 @@ if phase depth; then
 	bench prefill.log -test.bench '^BenchmarkEnqueueDepth$' -test.benchtime 1x -test.v
 	grep -h 'queued\|opened' "$out/prefill.log" || true
 	log "queue depths: $COUNT rounds"
-	for ((i = 1; i <= COUNT; i++)); do
-		bench depth.txt -test.bench '^BenchmarkEnqueueDepth$' -test.benchtime 300x
-	done
+	rounds "$COUNT" depth.txt -test.bench '^BenchmarkEnqueueDepth$' -test.benchtime 300x
 fi
 
 if phase drain; then
 	log "drain: $SLOW_COUNT rounds"
-	for ((i = 1; i <= SLOW_COUNT; i++)); do
-		bench drain.txt -test.bench '^BenchmarkDrain$' -test.benchtime 1s
-	done
+	rounds "$SLOW_COUNT" drain.txt -test.bench '^BenchmarkDrain$' -test.benchtime 1s
 fi
 
 if phase fault; then
 	log "fault: $SLOW_COUNT rounds of 10,000 POSTs per client"
-	for ((i = 1; i <= SLOW_COUNT; i++)); do
-		bench fault.txt -test.bench '^BenchmarkFault$' -test.benchtime 10000x
-	done
+	rounds "$SLOW_COUNT" fault.txt -test.bench '^BenchmarkFault$' -test.benchtime 10000x
 fi
 
 if phase outage; then
 	log "outage: $SLOW_COUNT rounds of $OUTAGE per client and fault"
-	for ((i = 1; i <= SLOW_COUNT; i++)); do
-		bench outage.txt -test.bench '^BenchmarkOutage$' -test.benchtime 1x
-	done
+	rounds "$SLOW_COUNT" outage.txt -test.bench '^BenchmarkOutage$' -test.benchtime 1x
 fi
 
 if [[ "$PROFILES" == 1 ]]; then

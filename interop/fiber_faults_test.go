@@ -2,7 +2,6 @@ package interop
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -118,21 +117,12 @@ func TestFiberRandomFaults(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for j := range jobs {
-				r := result{id: j.id}
-				res, err := c.Do(context.Background(), j.in)
-				o, ok := OutcomeOf(res, err)
-				if !ok {
-					t.Errorf("%s: %v", r.id, err)
+				d, err := tryDo(context.Background(), c, j.in)
+				if err != nil {
+					t.Errorf("%s: %v", j.id, err)
 					continue
 				}
-				r.outcome = o
-				if res != nil {
-					res.Response.Body.Close()
-					r.replayed, r.attempts = res.Replayed, len(res.Attempts)
-				} else if e := (*idem.Error)(nil); errors.As(err, &e) {
-					r.attempts = len(e.Attempts)
-				}
-				results <- r
+				results <- result{id: j.id, outcome: d.outcome, replayed: d.replayed, attempts: len(d.attempts)}
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -71,27 +72,36 @@ type done struct {
 	elapsed  time.Duration
 }
 
-// do runs in with c and reads the final body, if any.
+// do runs in with c and reads the final body, if any. It must be called
+// from the test's goroutine; others use tryDo.
 func do(t *testing.T, c *idem.Client, in *idem.Intent) done {
 	t.Helper()
+	d, err := tryDo(context.Background(), c, in)
+	require.NoError(t, err)
+	return d
+}
+
+// tryDo is do for any goroutine and any context: it returns an error when
+// Do returned neither a Result nor an *idem.Error.
+func tryDo(ctx context.Context, c *idem.Client, in *idem.Intent) (done, error) {
 	start := time.Now()
-	res, err := c.Do(context.Background(), in)
+	res, err := c.Do(ctx, in)
 	d := done{err: err}
 	o, ok := OutcomeOf(res, err)
-	require.True(t, ok, "Do(%s %s) returned neither a Result nor an *idem.Error: %v", in.Method(), in.URL(), err)
+	if !ok {
+		return d, fmt.Errorf("Do(%s %s) returned neither a Result nor an *idem.Error: %w", in.Method(), in.URL(), err)
+	}
 	d.outcome = o
-	if err == nil {
+	if e := (*idem.Error)(nil); errors.As(err, &e) {
+		d.status, d.attempts = e.Status, e.Attempts
+	} else {
 		defer res.Response.Body.Close()
 		b, rerr := io.ReadAll(res.Response.Body)
 		d.body, d.bodyErr = string(b), rerr
 		d.replayed, d.status, d.attempts = res.Replayed, res.Response.StatusCode, res.Attempts
-	} else {
-		var e *idem.Error
-		require.True(t, errors.As(err, &e))
-		d.status, d.attempts = e.Status, e.Attempts
 	}
 	d.elapsed = time.Since(start)
-	return d
+	return d, nil
 }
 
 // raw is one plain net/http exchange, for pinning down what a server does

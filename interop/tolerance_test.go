@@ -2,7 +2,6 @@ package interop
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -123,7 +122,7 @@ func TestToleratesDisagreeingServers(t *testing.T) {
 			t.Parallel()
 			srv := httptest.NewServer(script(tt.answers...))
 			t.Cleanup(srv.Close)
-			c := &idem.Client{HTTPClient: newHTTPClient(t, nil), Policy: tt.policy, Budget: idem.NewBudget(0)}
+			c := newClient(t, tt.policy)
 			in := payment(t, srv.URL+"/pay", "p1")
 
 			ctx := context.Background()
@@ -132,29 +131,17 @@ func TestToleratesDisagreeingServers(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, tt.ctxTimeout)
 				defer cancel()
 			}
-			start := time.Now()
-			res, err := c.Do(ctx, in)
-			elapsed := time.Since(start)
-			if res != nil {
-				res.Response.Body.Close()
-			}
+			d, err := tryDo(ctx, c, in)
+			require.NoError(t, err)
 
-			got, ok := OutcomeOf(res, err)
-			require.True(t, ok, "Do: %v", err)
-			assert.Equal(t, tt.wantOutcome, got, "outcome (err: %v)", err)
-			assert.Less(t, elapsed, tt.within, "Do took %v, bound %v", elapsed, tt.within)
+			assert.Equal(t, tt.wantOutcome, d.outcome, "outcome (err: %v)", d.err)
+			assert.Less(t, d.elapsed, tt.within, "Do took %v, bound %v", d.elapsed, tt.within)
 			for _, want := range tt.wantErr {
-				assert.ErrorIs(t, err, want)
+				assert.ErrorIs(t, d.err, want)
 			}
-			var atts []idem.Attempt
-			if res != nil {
-				atts = res.Attempts
-				assert.Equal(t, tt.wantReplayed, res.Replayed, "Result.Replayed")
-			} else if e := (*idem.Error)(nil); errors.As(err, &e) {
-				atts = e.Attempts
-			}
+			assert.Equal(t, tt.wantReplayed, d.replayed, "Result.Replayed")
 			if tt.wantAttempts > 0 {
-				assert.Len(t, atts, tt.wantAttempts, "attempts: %v", statuses(atts))
+				assert.Len(t, d.attempts, tt.wantAttempts, "attempts: %v", statuses(d.attempts))
 			}
 		})
 	}

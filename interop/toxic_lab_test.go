@@ -61,9 +61,8 @@ func toxicRoutes(attemptTimeout time.Duration) []route {
 // dial function sends each new connection through a route its picker
 // chooses.
 type toxicLab struct {
-	clean  string            // address of the proxy without toxics
-	addrs  map[string]string // route name -> proxy address
-	routes []route
+	clean string            // address of the proxy without toxics
+	addrs map[string]string // route name -> proxy address
 }
 
 // startToxicLab starts the proxies in front of upstream (host:port) and
@@ -72,7 +71,7 @@ func startToxicLab(t testing.TB, upstream string, routes []route) *toxicLab {
 	t.Helper()
 	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	t.Cleanup(func() { require.NoError(t, api.Collection.Clear()) })
-	lab := &toxicLab{addrs: make(map[string]string), routes: routes}
+	lab := &toxicLab{addrs: make(map[string]string)}
 	add := func(name string, toxics []toxic) string {
 		p := toxiproxy.NewProxy(api, name, "127.0.0.1:0", upstream)
 		require.NoError(t, api.Collection.Add(p, true), "proxy %s", name)

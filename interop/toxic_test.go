@@ -229,19 +229,13 @@ func runToxicMix(t testing.TB, cfg mixConfig) mixReport {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(all); i = int(next.Add(1) - 1) {
 				s := &all[i]
-				res, err := client.Do(context.Background(), s.in)
-				o, ok := OutcomeOf(res, err)
-				if !ok {
+				d, err := tryDo(context.Background(), client, s.in)
+				if err != nil {
 					t.Errorf("%s: %v", s.id, err)
 					continue
 				}
-				s.outcome = o
-				if res != nil {
-					_, _ = io.Copy(io.Discard, res.Response.Body)
-					res.Response.Body.Close()
-					s.replayed, s.attempts = res.Replayed, res.Attempts
-				} else if e := (*idem.Error)(nil); errors.As(err, &e) {
-					s.attempts = e.Attempts
+				s.outcome, s.replayed, s.attempts = d.outcome, d.replayed, d.attempts
+				if e := (*idem.Error)(nil); errors.As(d.err, &e) {
 					s.why = fmt.Sprintf("%s: %s", e.Outcome, e.Reason)
 				}
 			}
