@@ -27,6 +27,12 @@ import (
 // with one generated-key Intent queue it twice (the server still applies it
 // once).
 func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
+	return q.enqueue(ctx, in, nil)
+}
+
+// enqueue is Enqueue. also, if not nil, runs in the transaction that stores
+// in, given its ID: an error from it stores nothing and is returned as is.
+func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b buckets, id ID) error) (ID, error) {
 	if in == nil {
 		return 0, fmt.Errorf("%w: nil intent", idem.ErrInvalidIntent)
 	}
@@ -72,8 +78,10 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 			}
 			r.ID = ID(seq)
 			id = r.ID
-			size, err = b.insert(r)
-			return err
+			if size, err = b.insert(r); err != nil || also == nil {
+				return err
+			}
+			return also(b, id)
 		})
 	})
 	q.mu.Lock()
@@ -88,7 +96,7 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	}
 	q.mu.Unlock()
 	if err != nil {
-		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrKeyInUse) && !errors.Is(err, ErrDamaged) {
+		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrKeyInUse) && !errors.Is(err, ErrDamaged) && !errors.Is(err, ErrNotResubmittable) {
 			err = fmt.Errorf("queue: enqueue: not stored: %w", err) // a write failed: disk full, I/O error
 		}
 		return 0, err

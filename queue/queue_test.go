@@ -532,3 +532,43 @@ func TestResubmit(t *testing.T) {
 	_, err = q.Resubmit(ctx, 999)
 	assert.ErrorIs(t, err, ErrNotFound)
 }
+
+// TestResubmitRace: of many Resubmit calls at once for one record, one
+// queues a copy; the others are refused and store nothing.
+func TestResubmitRace(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	ctx := context.Background()
+	id, err := q.Enqueue(ctx, post(t, url, 1))
+	require.NoError(t, err)
+	r, err := q.Get(id)
+	require.NoError(t, err)
+	require.NoError(t, q.settle(r, Pending, Failed, idem.NotApplied, "rejected (400)", nil))
+
+	const callers = 8
+	ids := make(chan ID, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			newID, err := q.Resubmit(ctx, id)
+			if err == nil {
+				ids <- newID
+				return
+			}
+			assert.ErrorIs(t, err, ErrNotResubmittable)
+			assert.ErrorContains(t, err, "was resubmitted as")
+		})
+	}
+	wg.Wait()
+	close(ids)
+	var got []ID
+	for newID := range ids {
+		got = append(got, newID)
+	}
+	require.Len(t, got, 1, "exactly one copy")
+	counts, err := q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, 1, counts[Pending], "the refused calls stored nothing")
+	old, err := q.Get(id)
+	require.NoError(t, err)
+	assert.Equal(t, got[0], old.ResubmittedAs)
+}

@@ -179,8 +179,8 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 	if err != nil {
 		return 0, err
 	}
-	if (old.State != Expired && old.State != Failed) || old.ResubmittedAs != 0 {
-		return 0, fmt.Errorf("%w: %d is %s", ErrNotResubmittable, id, old.State)
+	if err := resubmittable(old); err != nil {
+		return 0, err
 	}
 	in := old.Intent
 	opts := []idem.IntentOption{idem.WithLane(in.Lane())}
@@ -196,26 +196,32 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 	if err != nil {
 		return 0, err
 	}
-	newID, err := q.Enqueue(ctx, fresh)
-	if err != nil {
-		return 0, err
-	}
-	err = q.guard(func() error {
-		return q.write(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			r, _, err := b.get(id)
-			if err != nil || r == nil {
-				return err // discarded meanwhile: the new record stands alone
-			}
-			r.ResubmittedAs = newID
-			_, _, _, err = b.replace(r, r.State)
+	// The new record and the old one's mark go in one transaction, which
+	// checks the old record again: of two Resubmit calls at once, or one
+	// after a crash, only one queues a copy.
+	return q.enqueue(ctx, fresh, func(b buckets, newID ID) error {
+		r, _, err := b.get(id)
+		if err != nil || r == nil {
+			return err // discarded meanwhile: the new record stands alone
+		}
+		if err := resubmittable(r); err != nil {
 			return err
-		})
+		}
+		r.ResubmittedAs = newID
+		_, _, _, err = b.replace(r, r.State)
+		return err
 	})
-	return newID, err
+}
+
+// resubmittable says why r cannot be resubmitted, if it cannot.
+func resubmittable(r *Record) error {
+	switch {
+	case r.State != Expired && r.State != Failed:
+		return fmt.Errorf("%w: %d is %s, not expired or failed", ErrNotResubmittable, r.ID, r.State)
+	case r.ResubmittedAs != 0:
+		return fmt.Errorf("%w: %d was resubmitted as %d", ErrNotResubmittable, r.ID, r.ResubmittedAs)
+	}
+	return nil
 }
 
 // OldestPending returns how long the oldest unsettled record has waited
