@@ -553,8 +553,8 @@ func (q *Queue) notify(e Event) {
 func (q *Queue) keep(resp *http.Response) *Response {
 	defer resp.Body.Close()
 	limit := int64(q.opts.MaxResultBody)
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	res := &Response{Status: resp.StatusCode, Header: http.Header{}}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	res := &Response{Status: resp.StatusCode, Header: http.Header{}, Truncated: err != nil} // a read cut short keeps what came
 	if int64(len(body)) > limit {
 		body, res.Truncated = body[:limit], true
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -535,4 +536,39 @@ func TestCloseDuringAttempt(t *testing.T) {
 	assert.True(t, r.Ambiguous, "the request was sent and no answer came")
 	assert.Equal(t, 1, r.Attempts)
 	assert.Equal(t, idem.ClassAmbiguous, r.LastClass)
+}
+
+// failingBody gives its data, then a read error.
+type failingBody struct{ data []byte }
+
+func (f *failingBody) Read(p []byte) (int, error) {
+	if len(f.data) == 0 {
+		return 0, errors.New("connection reset")
+	}
+	n := copy(p, f.data)
+	f.data = f.data[n:]
+	return n, nil
+}
+
+func (f *failingBody) Close() error { return nil }
+
+// TestKeepResult: a stored result is capped at MaxResultBody, keeps what
+// came of a body whose reading failed, and marks both as truncated.
+func TestKeepResult(t *testing.T) {
+	q, _ := openTest(t, Options{MaxResultBody: 8})
+	answer := func(body io.ReadCloser) *http.Response {
+		return &http.Response{StatusCode: 201, Body: body, Header: http.Header{
+			"Content-Type": {"application/json"}, "Set-Cookie": {"s=1"}, "Idempotent-Replayed": {"true"},
+		}}
+	}
+	short := q.keep(answer(io.NopCloser(strings.NewReader("{}"))))
+	assert.Equal(t, &Response{Status: 201, Body: []byte("{}"), Header: http.Header{
+		"Content-Type": {"application/json"}, "Idempotent-Replayed": {"true"},
+	}}, short, "only the listed headers are kept")
+	long := q.keep(answer(io.NopCloser(strings.NewReader(strings.Repeat("x", 100)))))
+	assert.Equal(t, []byte("xxxxxxxx"), long.Body)
+	assert.True(t, long.Truncated)
+	cut := q.keep(answer(&failingBody{data: []byte("{\"id\"")}))
+	assert.Equal(t, []byte(`{"id"`), cut.Body)
+	assert.True(t, cut.Truncated, "a body whose read failed is not whole")
 }

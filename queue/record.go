@@ -72,7 +72,8 @@ type Response struct {
 	Header http.Header
 	// Body is the body, cut at Options.MaxResultBody bytes.
 	Body []byte
-	// Truncated reports that Body was cut.
+	// Truncated reports that Body was cut: longer than
+	// Options.MaxResultBody, or its reading failed part way.
 	Truncated bool
 }
 
