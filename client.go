@@ -80,11 +80,10 @@ type Client struct {
 	// caller's goroutine and must be quick.
 	OnAttempt func(context.Context, AttemptInfo)
 
-	budgetOnce sync.Once
-	budget     *Budget
-	hcOnce     sync.Once
-	hc         *http.Client // HTTPClient with RedirectPolicy; made on first use
-	metrics    metrics
+	budget  ownBudget
+	hcOnce  sync.Once
+	hc      *http.Client // HTTPClient with RedirectPolicy; made on first use
+	metrics metrics
 
 	// Seams for tests: nil means the real clock and math/rand/v2.
 	clock clock
@@ -201,8 +200,8 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent) error {
 	}
 	*r = run{
 		engine: engine{
-			policy: p, budget: c.budgetOrDefault(), deletePolicy: c.DeletePolicy,
-			clock: c.clockOrReal(), rand: c.rand,
+			policy: p, budget: c.budget.or(c.Budget), deletePolicy: c.DeletePolicy,
+			clock: clockOr(c.clock), rand: c.rand,
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
 		},
 		method: in.method, url: in.url, hasKey: in.HasKey(),
@@ -215,7 +214,7 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent) error {
 }
 
 // Stats returns the Client's counters.
-func (c *Client) Stats() Stats { return c.metrics.stats(c.budgetOrDefault()) }
+func (c *Client) Stats() Stats { return c.metrics.stats(c.budget.or(c.Budget)) }
 
 // request builds the request of one attempt: the intent's bytes and headers,
 // the key, and fresh credentials.
@@ -245,7 +244,7 @@ func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error)
 		if c.KeyFormat == KeySFString {
 			v = []string{`"` + in.key[0] + `"`}
 		}
-		req.Header[c.keyHeader()] = v
+		req.Header[keyHeaderName(c.KeyHeader)] = v
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {
@@ -313,31 +312,25 @@ func (c *Client) httpClient() *http.Client {
 			base = http.DefaultClient
 		}
 		hc := *base
-		hc.CheckRedirect = RedirectPolicy(c.keyHeader(), base.CheckRedirect)
+		hc.CheckRedirect = RedirectPolicy(c.KeyHeader, base.CheckRedirect)
 		c.hc = &hc
 	})
 	return c.hc
 }
 
-func (c *Client) budgetOrDefault() *Budget {
-	if c.Budget != nil {
-		return c.Budget
-	}
-	c.budgetOnce.Do(func() { c.budget = NewBudget(DefaultBudgetTokens) })
-	return c.budget
-}
-
-func (c *Client) clockOrReal() clock {
-	if c.clock != nil {
-		return c.clock
+// clockOr returns c, or the real clock when c is nil.
+func clockOr(c clock) clock {
+	if c != nil {
+		return c
 	}
 	return realClock{}
 }
 
-// keyHeader is the canonical name of the key header.
-func (c *Client) keyHeader() string {
-	if c.KeyHeader != "" {
-		return http.CanonicalHeaderKey(c.KeyHeader)
+// keyHeaderName is the canonical name of the key header configured as name:
+// DefaultKeyHeader when name is empty.
+func keyHeaderName(name string) string {
+	if name == "" {
+		return DefaultKeyHeader
 	}
-	return DefaultKeyHeader
+	return http.CanonicalHeaderKey(name)
 }

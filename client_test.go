@@ -347,8 +347,8 @@ func TestDoDefaultBudgetSharedAndRefilled(t *testing.T) {
 	res, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "x"))
 	require.NoError(t, err)
 	res.Response.Body.Close()
-	assert.Equal(t, DefaultBudgetTokens, c.budgetOrDefault().Tokens(), "a success refunds its retries")
-	assert.Same(t, c.budgetOrDefault(), c.budgetOrDefault())
+	assert.Equal(t, DefaultBudgetTokens, c.budget.or(c.Budget).Tokens(), "a success refunds its retries")
+	assert.Same(t, c.budget.or(c.Budget), c.budget.or(c.Budget))
 }
 
 func TestDoContext(t *testing.T) {

@@ -23,9 +23,7 @@ const maxRedirects = 10
 //
 //	hc := &http.Client{Transport: &idem.Transport{}, CheckRedirect: idem.RedirectPolicy("", nil)}
 func RedirectPolicy(header string, next func(req *http.Request, via []*http.Request) error) func(req *http.Request, via []*http.Request) error {
-	if header == "" {
-		header = DefaultKeyHeader
-	}
+	header = keyHeaderName(header)
 	return func(req *http.Request, via []*http.Request) error {
 		if len(via) > 0 && req.URL.Host != via[0].URL.Host {
 			for _, h := range [...]string{header, "X-Idempotency-Key", "Authorization", "Cookie", "Proxy-Authorization"} {

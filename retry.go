@@ -218,3 +218,19 @@ func (b *Budget) succeed(spent int) {
 	b.tokens = min(b.tokens+spent, b.capacity)
 	b.mu.Unlock()
 }
+
+// ownBudget is the Budget a Client or Transport makes for itself, once, when
+// it is given none.
+type ownBudget struct {
+	once sync.Once
+	b    *Budget
+}
+
+// or returns set, or, when set is nil, the own Budget.
+func (o *ownBudget) or(set *Budget) *Budget {
+	if set != nil {
+		return set
+	}
+	o.once.Do(func() { o.b = NewBudget(DefaultBudgetTokens) })
+	return o.b
+}

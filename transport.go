@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"sync"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -49,9 +48,8 @@ type Transport struct {
 	Logger    *slog.Logger
 	OnAttempt func(context.Context, AttemptInfo)
 
-	budgetOnce sync.Once
-	budget     *Budget
-	metrics    metrics
+	budget  ownBudget
+	metrics metrics
 
 	// Seams for tests: nil means the real clock and math/rand/v2.
 	clock clock
@@ -77,8 +75,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	r := run{
 		engine: engine{
-			policy: p, budget: t.budgetOrDefault(), deletePolicy: t.DeletePolicy,
-			clock: t.clockOrReal(), rand: t.rand,
+			policy: p, budget: t.budget.or(t.Budget), deletePolicy: t.DeletePolicy,
+			clock: clockOr(t.clock), rand: t.rand,
 			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt},
 		},
 		method: req.Method, hasKey: t.keyed(req),
@@ -109,30 +107,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // keyed reports whether req carries an idempotency key.
 func (t *Transport) keyed(req *http.Request) bool {
-	name := t.KeyHeader
-	if name == "" {
-		name = DefaultKeyHeader
-	}
-	return req.Header.Get(name) != "" || (t.KeyHeader == "" && req.Header.Get("X-Idempotency-Key") != "")
+	return req.Header.Get(keyHeaderName(t.KeyHeader)) != "" || (t.KeyHeader == "" && req.Header.Get("X-Idempotency-Key") != "")
 }
 
 // Stats returns the Transport's counters.
-func (t *Transport) Stats() Stats { return t.metrics.stats(t.budgetOrDefault()) }
-
-func (t *Transport) budgetOrDefault() *Budget {
-	if t.Budget != nil {
-		return t.Budget
-	}
-	t.budgetOnce.Do(func() { t.budget = NewBudget(DefaultBudgetTokens) })
-	return t.budget
-}
-
-func (t *Transport) clockOrReal() clock {
-	if t.clock != nil {
-		return t.clock
-	}
-	return realClock{}
-}
+func (t *Transport) Stats() Stats { return t.metrics.stats(t.budget.or(t.Budget)) }
 
 func closeBody(req *http.Request) {
 	if req.Body != nil {
