@@ -333,9 +333,7 @@ func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 	if err != nil { // nothing was sent: ctx ended, or credentials could not be had
 		r.LastError = err.Error()
 		r.Attempts--
-		if r.leaseSetFirstSent {
-			r.FirstSentAt = time.Time{}
-		}
+		r.unsend()
 		next := now.Add(q.backoff(r))
 		if ctx.Err() != nil {
 			next = now // shutting down: due at once on the next run
@@ -369,8 +367,8 @@ func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 // retryLater schedules the next attempt of r, or settles it when no attempt
 // could be made in time.
 func (q *Queue) retryLater(r *Record, d idem.Decision, retryAfter time.Duration, now time.Time) (time.Time, error) {
-	if d.Class == idem.ClassNeverSent && r.leaseSetFirstSent {
-		r.FirstSentAt = time.Time{} // the server never saw this lease's attempt
+	if d.Class == idem.ClassNeverSent {
+		r.unsend()
 	}
 	if q.opts.MaxAttempts > 0 && r.Attempts >= q.opts.MaxAttempts {
 		return now, q.settleLeased(r, Failed, q.outcomeOf(r), fmt.Sprintf("attempts exhausted (%d)", r.Attempts), nil)
@@ -389,9 +387,8 @@ func (q *Queue) retryLater(r *Record, d idem.Decision, retryAfter time.Duration,
 // unauthorized handles a 401: one more attempt at once with fresh
 // credentials, then the lane is held and reported, its records kept.
 func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
-	if r.leaseSetFirstSent && !r.Ambiguous {
-		// A 401 comes before any effect; the key was not used.
-		r.FirstSentAt = time.Time{}
+	if !r.Ambiguous {
+		r.unsend() // a 401 comes before any effect; the key was not used
 	}
 	if !r.reauthorized {
 		r.reauthorized = true
@@ -408,6 +405,14 @@ func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
 	q.mu.Unlock()
 	q.notify(Event{Kind: EventLaneHeld, Lane: r.Intent.Lane(), Err: err})
 	return now, nil
+}
+
+// unsend clears FirstSentAt if this lease set it: the server cannot have
+// seen the attempt, so its key's retention has not started.
+func (r *Record) unsend() {
+	if r.leaseSetFirstSent {
+		r.FirstSentAt = time.Time{}
+	}
 }
 
 // requeue commits r as pending, due at next.
