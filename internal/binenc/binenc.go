@@ -83,16 +83,8 @@ type Decoder struct {
 
 // Uvarint reads an unsigned integer no greater than max.
 func (d *Decoder) Uvarint(max uint64, what string) uint64 {
-	if d.Err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.B)
-	if n <= 0 {
-		d.Err = fmt.Errorf("bad %s", what)
-		return 0
-	}
-	d.B = d.B[n:]
-	if v > max {
+	v := d.uvarint(what)
+	if d.Err == nil && v > max {
 		d.Err = fmt.Errorf("%s %d over its limit %d", what, v, max)
 		return 0
 	}
@@ -102,6 +94,15 @@ func (d *Decoder) Uvarint(max uint64, what string) uint64 {
 // Count reads a length or count of what follows: each item takes at least a
 // byte, so it is no greater than the bytes left.
 func (d *Decoder) Count(what string) uint64 {
+	v := d.uvarint(what)
+	if d.Err == nil && v > uint64(len(d.B)) {
+		d.Err = fmt.Errorf("%s %d beyond the %d bytes left", what, v, len(d.B))
+		return 0
+	}
+	return v
+}
+
+func (d *Decoder) uvarint(what string) uint64 {
 	if d.Err != nil {
 		return 0
 	}
@@ -111,10 +112,6 @@ func (d *Decoder) Count(what string) uint64 {
 		return 0
 	}
 	d.B = d.B[n:]
-	if v > uint64(len(d.B)) {
-		d.Err = fmt.Errorf("%s %d beyond the %d bytes left", what, v, len(d.B))
-		return 0
-	}
 	return v
 }
 
