@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem/internal/binenc"
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // MaxBodyBytes is the largest body an Intent holds. An intent keeps its body in
@@ -451,15 +452,8 @@ func checkURL(raw string) (*url.URL, error) {
 }
 
 // redactURL hides user info, query and fragment, so an error never echoes a
-// password or a token, as safeURL does for logs and Error.
-func redactURL(u *url.URL) string {
-	v := *u
-	if v.User != nil {
-		v.User = url.User("redacted")
-	}
-	v.RawQuery, v.ForceQuery, v.Fragment, v.RawFragment = "", false, "", ""
-	return v.String()
-}
+// password or a token.
+func redactURL(u *url.URL) string { return redact.URL(u) }
 
 func checkHeader(name, value string) error {
 	if !isToken(name) {

@@ -2,11 +2,11 @@ package idem
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net/url"
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // Stats counts what a Client or a Transport has done since it was made.
@@ -157,14 +157,7 @@ func (o observer) finish(ctx context.Context, r *run, out Outcome, replayed bool
 }
 
 // safeURL drops what may hold a secret: query, user info, fragment.
-func safeURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User = nil
-	return redactURL(u)
-}
+func safeURL(raw string) string { return redact.RawURL(raw) }
 
 // redacted shows an error without the request URL, keeping it for
 // errors.Is and errors.As.
@@ -174,10 +167,4 @@ func (r redacted) Error() string { return safeError(r.err) }
 func (r redacted) Unwrap() error { return r.err }
 
 // safeError is err without the URL net/http puts in front of it.
-func safeError(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
+func safeError(err error) string { return redact.Error(err) }

@@ -111,7 +111,7 @@ func TestClientStatsAndHook(t *testing.T) {
 }
 
 func TestSafeURLAndError(t *testing.T) {
-	assert.Equal(t, "https://h/p", safeURL("https://u:pw@h/p?k=v#f"))
+	assert.Equal(t, "https://redacted@h/p", safeURL("https://u:pw@h/p?k=v#f"))
 	assert.Equal(t, "(unparsable URL)", safeURL("http://h/%zz"))
 	err := &url.Error{Op: "Post", URL: "https://h/p?k=secret", Err: io.ErrUnexpectedEOF}
 	assert.Equal(t, "unexpected EOF", safeError(fmt.Errorf("wrapped: %w", err)))

@@ -1,0 +1,43 @@
+// Package redact removes what may hold a secret from the URLs and errors that
+// idem shows in errors, logs, hooks and stored records: user info, query and
+// fragment of a URL, and the URL net/http puts in front of a transport error.
+// It is the one place the module decides what a secret-free URL is.
+package redact
+
+import (
+	"errors"
+	"net/url"
+)
+
+// URL returns u without its query and fragment, and with any user info
+// replaced by "redacted", so that it shows that credentials were there
+// without showing them.
+func URL(u *url.URL) string {
+	v := *u
+	if v.User != nil {
+		v.User = url.User("redacted")
+	}
+	v.RawQuery, v.ForceQuery, v.Fragment, v.RawFragment = "", false, "", ""
+	return v.String()
+}
+
+// RawURL parses raw and returns it as URL does, or "(unparsable URL)": a
+// URL that does not parse is not shown at all, since what part of it is a
+// secret cannot be told.
+func RawURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return URL(u)
+}
+
+// Error returns err's message without the URL that net/http's *url.Error
+// puts in front of it.
+func Error(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
