@@ -120,7 +120,10 @@ type Result struct {
 	// Replayed reports that the server answered from its store of completed
 	// requests: an earlier attempt had taken effect.
 	Replayed bool
-	// Response is the final response. The caller must close its Body.
+	// Response is the final response. The caller must close its Body. When
+	// net/http followed a 303 (or another redirect that turns the request
+	// into a GET), it is the followed GET's response; the request's own
+	// answer, which Outcome judges, is the last attempt's Status.
 	Response *http.Response
 	// Attempts is the trail, first attempt first.
 	Attempts []Attempt
@@ -132,7 +135,9 @@ type Result struct {
 type Attempt struct {
 	// Class is the attempt's class.
 	Class Class
-	// Status is the response status, or 0 when none arrived.
+	// Status is the status of the request's own answer, or 0 when none
+	// arrived. When net/http followed a redirect that changed the method,
+	// it is the redirect's status, not the followed GET's.
 	Status int
 	// Err is the transport error, or nil when a response arrived.
 	Err error
@@ -175,7 +180,7 @@ func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		return nil, e
 	}
-	res := &Result{Outcome: d.Outcome, Replayed: IsReplayed(resp.Header), Response: resp}
+	res := &Result{Outcome: d.Outcome, Replayed: IsReplayed(ownAnswer(resp, r.method).Header), Response: resp}
 	if len(r.attempts) == 1 { // the common case: the trail lives in the Result
 		res.first[0] = r.attempts[0]
 		res.Attempts = res.first[:]
@@ -248,6 +253,11 @@ func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error)
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {
+			return nil, fmt.Errorf("idem: authorize: %w", err)
+		}
+		// The intent's own headers were checked by NewIntent; the hook's
+		// may hold what net/http would refuse, or let through to harm.
+		if err := checkRequestHeader(req.Header, true); err != nil {
 			return nil, fmt.Errorf("idem: authorize: %w", err)
 		}
 	}

@@ -332,7 +332,7 @@ func TestDoFirstSentAt(t *testing.T) {
 func TestDoBudget(t *testing.T) {
 	srv := newScripted(t, answer(503), answer(503), answer(503), answer(503))
 	c, _ := testClient(t, nil)
-	c.Budget = NewBudget(10) // one ambiguous retry
+	c.Budget = NewBudget(1) // one retry
 	_, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "x"))
 	require.ErrorIs(t, err, ErrBudgetExhausted)
 	assert.ErrorIs(t, err, ErrOutcomeUnknown)
@@ -347,7 +347,7 @@ func TestDoDefaultBudgetSharedAndRefilled(t *testing.T) {
 	res, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "x"))
 	require.NoError(t, err)
 	res.Response.Body.Close()
-	assert.Equal(t, DefaultBudgetTokens, c.budget.or(c.Budget).Tokens(), "a success refunds its retries")
+	assert.Equal(t, DefaultBudgetTokens, c.budget.or(c.Budget).Tokens(), "an answer puts back what a retry took")
 	assert.Same(t, c.budget.or(c.Budget), c.budget.or(c.Budget))
 }
 
@@ -587,5 +587,6 @@ func TestDoAgainAfterAmbiguous(t *testing.T) {
 	s, err := c.Attempt(context.Background(), fresh, History{})
 	require.NoError(t, err)
 	s.Response.Body.Close()
-	assert.Equal(t, NotApplied, s.Decision.Outcome, "a fresh intent's 409 is not processed")
+	assert.Equal(t, Unknown, s.Decision.Outcome, "a fresh intent's keyed 409: someone holds its key, and may apply")
+	assert.True(t, s.Decision.InDoubt)
 }

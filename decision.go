@@ -1,9 +1,14 @@
 package idem
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // MethodQuery is the safe, idempotent QUERY method: a GET with a body.
@@ -29,22 +34,28 @@ func IsIdempotent(method string) bool {
 // Class is what one attempt's result proves about the server's state.
 type Class uint8
 
-// The classes of an attempt. The zero Class is not a valid class.
+// The classes of an attempt. The zero Class, ClassNone, is no class: an
+// attempt not yet made or judged.
 const (
+	// ClassNone is the zero Class: nothing is known yet.
+	ClassNone Class = iota
 	// ClassApplied: a 2xx answer, or 303 or 304. The operation took effect.
-	ClassApplied Class = iota + 1
+	ClassApplied
 	// ClassAlreadyApplied: DELETE answered 404 or 410 where DeletePolicy
 	// reads that as "already deleted".
 	ClassAlreadyApplied
 	// ClassNeverSent: no request headers reached a connection (dial refused,
-	// DNS, TLS, invalid request). The server cannot have acted.
+	// DNS, connection reset before the request). The server cannot have
+	// acted, and a later attempt may get through.
 	ClassNeverSent
 	// ClassNotProcessed: the server answered that it did not process the
 	// request and may later: 408, 425, 429, or 409 for a keyed request (the
-	// same key is in flight).
+	// same key is in flight; see Decision.InDoubt).
 	ClassNotProcessed
 	// ClassAmbiguous: the request may have reached the server and no
-	// complete answer came back (timeout, reset, EOF), or a 5xx.
+	// complete answer came back (timeout, reset, EOF), or a 5xx, or a 301 or
+	// 302 answer to a method that is not safe (it may mean "done, see there"
+	// as well as "moved").
 	ClassAmbiguous
 	// ClassKeyReused: 422 for a keyed request: the server holds this key for
 	// another payload. A client bug, never retried.
@@ -52,10 +63,19 @@ const (
 	// ClassRejected: any other 4xx, and 3xx other than 303 and 304: the
 	// server declined the request before acting on it.
 	ClassRejected
+	// ClassInvalid: the request cannot be sent as it is, and waiting will
+	// not change that: the server's TLS certificate does not verify, or the
+	// request is one net/http refuses, such as a header with a CR or LF
+	// (ErrInvalidRequest). Nothing reached the server; never retried.
+	ClassInvalid
+
+	numClasses = iota // how many Class values there are, ClassNone included
 )
 
 func (c Class) String() string {
 	switch c {
+	case ClassNone:
+		return "none"
 	case ClassApplied:
 		return "applied"
 	case ClassAlreadyApplied:
@@ -70,6 +90,8 @@ func (c Class) String() string {
 		return "key reused"
 	case ClassRejected:
 		return "rejected"
+	case ClassInvalid:
+		return "invalid"
 	}
 	return fmt.Sprintf("Class(%d)", uint8(c))
 }
@@ -115,6 +137,12 @@ type Wire struct {
 	WroteRequest bool
 	// GotResponse reports that a response (its status and headers) arrived.
 	GotResponse bool
+	// Resent reports that net/http sent the request again on a fresh
+	// connection after its headers had gone out on an earlier one, as it
+	// does for replayable requests when a reused connection fails. The
+	// earlier send may have been processed: whatever the final answer says,
+	// short of success, the operation is in doubt.
+	Resent bool
 }
 
 // MayHaveReachedServer reports whether the request may have reached the
@@ -140,10 +168,18 @@ type Facts struct {
 	EarlierAmbiguous bool
 	// DeletePolicy says how a DELETE answered 404 or 410 is read.
 	DeletePolicy DeletePolicy
+	// RedirectOffHost reports that the answer is a redirect to another host
+	// (307 or 308) that was not followed because the request's key would not
+	// have gone with it. Client sets it; see RedirectPolicy.
+	RedirectOffHost bool
 }
 
 // Classify returns the class of one attempt. It performs no I/O and reads no
 // clock.
+//
+// An error before any header was written is ClassNeverSent, unless it is one
+// that waiting cannot cure (ClassInvalid): ErrInvalidRequest, or a TLS
+// certificate that does not verify.
 //
 // An HTTP/2 stream the server refused (REFUSED_STREAM) or left above a
 // GOAWAY's last stream id was never processed; net/http resends those itself
@@ -151,15 +187,22 @@ type Facts struct {
 // reach Classify only as a later outcome of the same attempt.
 func Classify(f Facts) Class {
 	if f.Err != nil {
-		if !f.Wire.MayHaveReachedServer() {
-			return ClassNeverSent
+		switch {
+		case f.Wire.MayHaveReachedServer():
+			return ClassAmbiguous
+		case permanent(f.Err):
+			return ClassInvalid
 		}
-		return ClassAmbiguous
+		return ClassNeverSent
 	}
 	s := f.Status
 	switch {
 	case s >= 200 && s <= 299, s == http.StatusSeeOther, s == http.StatusNotModified:
 		return ClassApplied
+	case (s == http.StatusMovedPermanently || s == http.StatusFound) && !IsSafe(f.Method):
+		// Post/redirect/get servers answer a POST they applied with 302
+		// (or 301) as often as others answer "moved" without acting.
+		return ClassAmbiguous
 	case s >= 300 && s <= 399:
 		return ClassRejected
 	case (s == http.StatusNotFound || s == http.StatusGone) && f.Method == http.MethodDelete:
@@ -226,8 +269,16 @@ type Decision struct {
 	// Reason says why the intent stops, for ActionStop; empty otherwise.
 	Reason string
 	// Cause is the sentinel error matching Reason, for ActionStop: ErrNoKey,
-	// ErrKeyReused, ErrServerSaidStop, or nil for a plain rejection.
+	// ErrKeyReused, ErrServerSaidStop, ErrRedirected, ErrInvalidRequest, or
+	// nil for a plain rejection.
 	Cause error
+	// InDoubt reports that after this attempt the operation may have been
+	// applied though no answer says so: the attempt was ambiguous, net/http
+	// resent it after its headers had gone out (Wire.Resent), or a keyed
+	// 409 said that a request under the key is in flight, which may still
+	// apply. From then on every end short of success is Unknown: pass it on
+	// as Facts.EarlierAmbiguous of every later attempt of the operation.
+	InDoubt bool
 }
 
 // Decide classifies an attempt and decides what follows, as the decision
@@ -235,7 +286,8 @@ type Decision struct {
 // function.
 func Decide(f Facts) Decision {
 	c := Classify(f)
-	d := Decision{Class: c, Outcome: outcomeAfter(c, f.EarlierAmbiguous)}
+	d := Decision{Class: c, InDoubt: leavesDoubt(c, f)}
+	d.Outcome = outcomeAfter(c, f.EarlierAmbiguous || d.InDoubt)
 	switch c {
 	case ClassApplied, ClassAlreadyApplied:
 		d.Action = ActionDone
@@ -243,6 +295,11 @@ func Decide(f Facts) Decision {
 	case ClassNeverSent, ClassNotProcessed:
 		d.Action = ActionRetry
 	case ClassAmbiguous:
+		if f.Err == nil && (f.Status == http.StatusMovedPermanently || f.Status == http.StatusFound) {
+			d.Action, d.Cause = ActionStop, ErrRedirected
+			d.Reason = fmt.Sprintf("answered %d to %s: done (post/redirect/get) or moved, which cannot be told; not resent", f.Status, f.Method)
+			return d // another attempt gets the same answer
+		}
 		if f.HasKey || IsIdempotent(f.Method) {
 			d.Action = ActionRetry
 		} else {
@@ -256,9 +313,18 @@ func Decide(f Facts) Decision {
 	case ClassRejected:
 		d.Action = ActionStop
 		d.Reason = fmt.Sprintf("rejected (%d)", f.Status)
-		if f.Status == http.StatusPreconditionFailed && f.EarlierAmbiguous {
+		switch {
+		case f.RedirectOffHost:
+			d.Cause = ErrRedirected
+			d.Reason = fmt.Sprintf("redirected (%d) to another host, where the key would not go: not followed", f.Status)
+			return d
+		case f.Status == http.StatusPreconditionFailed && f.EarlierAmbiguous:
 			d.Reason = "precondition failed (412) after an ambiguous attempt: that attempt may be the write that moved the validator"
 		}
+	case ClassInvalid:
+		d.Action, d.Cause = ActionStop, ErrInvalidRequest
+		d.Reason = "cannot be sent as it is: " + redact.Error(f.Err)
+		return d // no answer came, so no hint either
 	}
 	applyHint(&d, f)
 	return d
@@ -281,21 +347,49 @@ func applyHint(d *Decision, f Facts) {
 	}
 }
 
+// leavesDoubt reports whether an attempt of class c leaves the operation
+// possibly applied without an answer saying so.
+func leavesDoubt(c Class, f Facts) bool {
+	switch {
+	case c == ClassApplied, c == ClassAlreadyApplied:
+		return false
+	case c == ClassAmbiguous, f.Wire.Resent:
+		return true
+	}
+	// A keyed 409: a request under this key is in flight, perhaps an
+	// earlier attempt of ours, perhaps another replica's or process's with
+	// the same supplied or derived key. It may still apply.
+	return f.Err == nil && f.Status == http.StatusConflict && f.HasKey
+}
+
 // outcomeAfter is the outcome of an intent whose last attempt has class c.
-// Once an attempt was ambiguous, only a success settles the question: a later
-// 4xx proves that attempt was not applied, not that the earlier one was not
-// (credentials may have expired, a rate limiter may answer before the
-// idempotency layer).
-func outcomeAfter(c Class, earlierAmbiguous bool) Outcome {
+// Once the operation is in doubt (see Decision.InDoubt), only a success
+// settles the question: a later 4xx proves that attempt was not applied, not
+// that an earlier one was not (credentials may have expired, a rate limiter
+// may answer before the idempotency layer).
+func outcomeAfter(c Class, inDoubt bool) Outcome {
 	switch {
 	case c == ClassApplied:
 		return Applied
 	case c == ClassAlreadyApplied:
 		return AlreadyApplied
-	case c == ClassAmbiguous || earlierAmbiguous:
+	case inDoubt:
 		return Unknown
 	}
 	return NotApplied
+}
+
+// permanent reports whether err, met before anything was written, is one
+// that no later attempt can cure.
+func permanent(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+	)
+	return errors.Is(err, ErrInvalidRequest) || errors.As(err, &verify) || errors.As(err, &unknown) ||
+		errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
 // IsReplayed reports whether a response says it is a replay of a stored

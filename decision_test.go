@@ -1,9 +1,12 @@
 package idem
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -20,6 +23,8 @@ const (
 	retryAny                        // retry, any method
 	retryIdemOrKey                  // retry when safe/idempotent or keyed, else stop with ErrNoKey
 	stop                            // stop
+	stopRedirected                  // stop with ErrRedirected
+	stopInvalid                     // stop with ErrInvalidRequest
 )
 
 var errIO = errors.New("read: connection reset by peer")
@@ -42,6 +47,8 @@ func TestDecideTable(t *testing.T) {
 	neverSentConn := scenario{name: "conn but no headers", err: errIO, wire: Wire{Conns: 1}}
 	ambiguousRead := scenario{name: "reset after headers", err: errIO, wire: Wire{Conns: 1, WroteHeaders: true}}
 	ambiguousTimeout := scenario{name: "timeout after request", err: errIO, wire: Wire{Conns: 1, WroteHeaders: true, WroteRequest: true}}
+	invalidHeader := scenario{name: "invalid header", err: fmt.Errorf("idem: authorize: %w: header X: control byte 0x0a in value", ErrInvalidRequest)}
+	badCertificate := scenario{name: "certificate", err: &url.Error{Op: "Post", URL: "https://h/", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}, wire: Wire{}}
 
 	type row struct {
 		sc      scenario
@@ -79,6 +86,12 @@ func TestDecideTable(t *testing.T) {
 		{status(599), both, ClassAmbiguous, retryIdemOrKey, nil},
 		{status(0), both, ClassAmbiguous, retryIdemOrKey, nil},
 		{status(600), both, ClassAmbiguous, retryIdemOrKey, nil},
+		// Ambiguous, and not resent: 301 or 302 to a method that is not safe.
+		{status(301), both, ClassAmbiguous, stopRedirected, []string{"PUT", "DELETE", "POST", "PATCH", "CONNECT"}},
+		{status(302), both, ClassAmbiguous, stopRedirected, []string{"PUT", "DELETE", "POST", "PATCH", "CONNECT"}},
+		// Invalid: errors no wait can cure, before anything was written.
+		{invalidHeader, both, ClassInvalid, stopInvalid, nil},
+		{badCertificate, both, ClassInvalid, stopInvalid, nil},
 		// KeyReused: 422 keyed.
 		{status(422), []bool{true}, ClassKeyReused, stop, nil},
 		// Rejected: other 4xx, 409/422 unkeyed, 3xx other than 303/304.
@@ -88,7 +101,8 @@ func TestDecideTable(t *testing.T) {
 		{status(412), both, ClassRejected, stop, nil},
 		{status(409), []bool{false}, ClassRejected, stop, nil},
 		{status(422), []bool{false}, ClassRejected, stop, nil},
-		{status(301), both, ClassRejected, stop, nil},
+		{status(301), both, ClassRejected, stop, []string{"GET", "HEAD", "OPTIONS", "TRACE", "QUERY"}},
+		{status(302), both, ClassRejected, stop, []string{"GET", "HEAD", "OPTIONS", "TRACE", "QUERY"}},
 		{status(307), both, ClassRejected, stop, nil},
 		{status(308), both, ClassRejected, stop, nil},
 		{status(404), both, ClassRejected, stop, without("DELETE")},
@@ -115,7 +129,9 @@ func TestDecideTable(t *testing.T) {
 						} else {
 							assert.NoError(t, d.Cause, "cause")
 						}
-						assert.Equal(t, expectOutcome(r.class, earlier), d.Outcome, "outcome")
+						keyed409 := keyed && r.sc.status == 409 && r.sc.err == nil
+						assert.Equal(t, expectOutcome(r.class, earlier || keyed409), d.Outcome, "outcome")
+						assert.Equal(t, r.class == ClassAmbiguous || keyed409, d.InDoubt, "in doubt")
 						if d.Action == ActionStop {
 							assert.NotEmpty(t, d.Reason, "a stop must say why")
 						}
@@ -142,14 +158,20 @@ func expectAction(r retryRule, c Class, method string, keyed bool) (Action, erro
 		}
 		return ActionStop, ErrNoKey
 	}
-	if c == ClassKeyReused {
+	switch {
+	case r == stopRedirected:
+		return ActionStop, ErrRedirected
+	case r == stopInvalid:
+		return ActionStop, ErrInvalidRequest
+	case c == ClassKeyReused:
 		return ActionStop, ErrKeyReused
 	}
 	return ActionStop, nil // a plain rejection has no sentinel
 }
 
-// expectOutcome states the outcome contract independently of outcomeAfter.
-func expectOutcome(c Class, earlierAmbiguous bool) Outcome {
+// expectOutcome states the outcome contract independently of outcomeAfter:
+// inDoubt is an earlier ambiguous attempt, or a keyed 409 now.
+func expectOutcome(c Class, inDoubt bool) Outcome {
 	if c == ClassApplied {
 		return Applied
 	}
@@ -159,7 +181,7 @@ func expectOutcome(c Class, earlierAmbiguous bool) Outcome {
 	if c == ClassAmbiguous {
 		return Unknown
 	}
-	if earlierAmbiguous {
+	if inDoubt {
 		return Unknown
 	}
 	return NotApplied
@@ -290,13 +312,17 @@ func TestIsReplayed(t *testing.T) {
 }
 
 func TestStringers(t *testing.T) {
-	for c := ClassApplied; c <= ClassRejected; c++ {
+	for c := ClassNone; c < numClasses; c++ {
 		assert.NotContains(t, c.String(), "Class(", "class %d has no name", c)
 	}
-	assert.Equal(t, "Class(0)", Class(0).String())
-	for _, o := range []Outcome{Unknown, Applied, AlreadyApplied, NotApplied} {
+	assert.Equal(t, "none", Class(0).String(), "the zero Class is no class")
+	assert.Equal(t, "Class(9)", Class(numClasses).String())
+	for _, o := range []Outcome{NoOutcome, Unknown, Applied, AlreadyApplied, NotApplied} {
 		assert.NotContains(t, o.String(), "Outcome(")
 	}
+	var zero Outcome
+	assert.Equal(t, "none yet", zero.String(), "the zero Outcome must not read as Unknown")
+	assert.NotEqual(t, Unknown, zero)
 	assert.Equal(t, "Outcome(9)", Outcome(9).String())
 	for _, a := range []Action{ActionDone, ActionRetry, ActionStop} {
 		assert.NotContains(t, a.String(), "Action(")
@@ -307,5 +333,5 @@ func TestStringers(t *testing.T) {
 	}
 	assert.Equal(t, "DeletePolicy(7)", DeletePolicy(7).String())
 	assert.True(t, Applied.Succeeded() && AlreadyApplied.Succeeded())
-	assert.False(t, Unknown.Succeeded() || NotApplied.Succeeded())
+	assert.False(t, Unknown.Succeeded() || NotApplied.Succeeded() || NoOutcome.Succeeded())
 }

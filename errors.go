@@ -12,11 +12,14 @@ import (
 type Outcome uint8
 
 const (
-	// Unknown, the zero Outcome, means an attempt may have reached the server
-	// and no later answer settled whether it took effect. The caller must
-	// reconcile (read the resource, ask the server) rather than resubmit the
-	// operation under a new key.
-	Unknown Outcome = iota
+	// NoOutcome, the zero Outcome, means there is none yet: the operation
+	// has not ended, as a queued record that is not settled.
+	NoOutcome Outcome = iota
+	// Unknown means an attempt may have reached the server and no later
+	// answer settled whether it took effect. The caller must reconcile (read
+	// the resource, ask the server) rather than resubmit the operation under
+	// a new key.
+	Unknown
 	// Applied means the server answered with success. Result.Replayed tells
 	// whether the answer was a stored one.
 	Applied
@@ -24,13 +27,16 @@ const (
 	// DELETE answered 404 or 410 after an ambiguous attempt.
 	AlreadyApplied
 	// NotApplied means the server did not act: every attempt was never sent
-	// or not processed, or the server rejected the request. The caller may
-	// create a new intent.
+	// or not processed, or the server rejected the request, and nothing left
+	// the operation in doubt (Decision.InDoubt). The caller may create a new
+	// intent.
 	NotApplied
 )
 
 func (o Outcome) String() string {
 	switch o {
+	case NoOutcome:
+		return "none yet"
 	case Unknown:
 		return "outcome unknown"
 	case Applied:
@@ -73,6 +79,18 @@ var (
 	// ErrServerSaidStop is returned when a server hint (Stripe-Should-Retry:
 	// false) forbade a retry.
 	ErrServerSaidStop = errors.New("idem: server said not to retry")
+	// ErrRedirected is returned when a redirect ends an intent: a keyed
+	// request that is not safe was redirected to another host, where its key
+	// would not go, so the redirect was not followed (NotApplied); or a 301
+	// or 302 answered a method that is not safe, which may mean "done, see
+	// there" as well as "moved" (Unknown).
+	ErrRedirected = errors.New("idem: redirect")
+	// ErrInvalidRequest is returned when a request cannot be sent as it is
+	// and waiting will not change that: a header net/http refuses (a
+	// hop-by-hop header, a control byte in a value, as an Authorize hook may
+	// add), a TLS certificate that does not verify, an invalid address. The
+	// outcome is NotApplied: nothing reached the server.
+	ErrInvalidRequest = errors.New("idem: invalid request")
 
 	// ErrInvalidIntent is returned by NewIntent and UnmarshalBinary for a bad
 	// method, URL, header, lane or encoding, and by Client.Do and

@@ -261,7 +261,8 @@ func FuzzClassify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, method string, status int, hasKey bool, conns int, wroteHeaders, wroteRequest, gotResponse, withErr, earlierAmbiguous bool, policy uint8, hint string) {
 		fc := Facts{
 			Method: method, HasKey: hasKey, Status: status,
-			Wire:             Wire{Conns: conns, WroteHeaders: wroteHeaders, WroteRequest: wroteRequest, GotResponse: gotResponse},
+			Wire: Wire{Conns: conns, WroteHeaders: wroteHeaders, WroteRequest: wroteRequest, GotResponse: gotResponse,
+				Resent: conns > 1 && wroteHeaders},
 			EarlierAmbiguous: earlierAmbiguous, DeletePolicy: DeletePolicy(policy),
 		}
 		if withErr {
@@ -284,7 +285,7 @@ func FuzzClassify(f *testing.F) {
 		if d.Class != c {
 			t.Fatalf("Decide(...).Class = %v, Classify = %v", d.Class, c)
 		}
-		if c < ClassApplied || c > ClassRejected {
+		if c < ClassApplied || c > ClassInvalid {
 			t.Fatalf("Classify = %v, not a valid class", c)
 		}
 		hintTrue := !withErr && strings.EqualFold(strings.TrimSpace(hint), "true")
@@ -323,11 +324,14 @@ func FuzzClassify(f *testing.F) {
 		if c == ClassKeyReused && (d.Action != ActionStop || !errors.Is(d.Cause, ErrKeyReused)) {
 			t.Fatalf("key reused: %+v, want a stop with ErrKeyReused", d)
 		}
-		if (c == ClassAmbiguous || earlierAmbiguous) && !fzSucceeded(c) && d.Outcome != Unknown {
-			t.Fatalf("class %v, earlier ambiguous %v: outcome %v, want unknown", c, earlierAmbiguous, d.Outcome)
+		// In doubt: an ambiguous attempt, now or earlier, a resend by
+		// net/http after the headers went out, or a keyed 409.
+		doubt := c == ClassAmbiguous || earlierAmbiguous || fc.Wire.Resent || (!withErr && hasKey && status == 409)
+		if doubt && !fzSucceeded(c) && (d.Outcome != Unknown || !d.InDoubt && !earlierAmbiguous) {
+			t.Fatalf("class %v, earlier ambiguous %v, resent %v: %+v, want unknown", c, earlierAmbiguous, fc.Wire.Resent, d)
 		}
-		if !(c == ClassAmbiguous || earlierAmbiguous) && !fzSucceeded(c) && d.Outcome != NotApplied {
-			t.Fatalf("class %v with nothing ambiguous: outcome %v, want not applied", c, d.Outcome)
+		if !doubt && !fzSucceeded(c) && (d.Outcome != NotApplied || d.InDoubt) {
+			t.Fatalf("class %v with nothing in doubt: %+v, want not applied", c, d)
 		}
 		if c == ClassAlreadyApplied && (method != http.MethodDelete || (status != 404 && status != 410)) {
 			t.Fatalf("%s %d is already applied; only a DELETE's 404 or 410 can be", method, status)

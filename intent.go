@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -448,6 +449,9 @@ func checkURL(raw string) (*url.URL, error) {
 	if u.User != nil {
 		return nil, fmt.Errorf("%w: URL %q carries user info; credentials belong in Client.Authorize", ErrInvalidIntent, redactURL(u))
 	}
+	if err := checkPort(u); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidIntent, err)
+	}
 	return u, nil
 }
 
@@ -462,19 +466,73 @@ func checkHeader(name, value string) error {
 	switch canon := http.CanonicalHeaderKey(name); canon {
 	case "Authorization", "Cookie", "Proxy-Authorization", "Set-Cookie", "X-Api-Key", "Api-Key", "X-Auth-Token":
 		return fmt.Errorf("%w: %s: credentials are added per attempt by Client.Authorize, never stored in an intent", ErrSecretHeader, canon)
-	case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+	case "Host", "Content-Length":
 		return fmt.Errorf("%w: header %s is managed by net/http", ErrInvalidIntent, canon)
 	case DefaultKeyHeader, "X-Idempotency-Key":
 		return fmt.Errorf("%w: header %s: use WithKey", ErrInvalidIntent, canon)
 	}
+	if hopByHop(http.CanonicalHeaderKey(name)) {
+		return fmt.Errorf("%w: header %s is hop-by-hop: net/http manages or refuses it", ErrInvalidIntent, http.CanonicalHeaderKey(name))
+	}
 	return checkValue(name, value)
 }
 
-func checkValue(name, value string) error {
-	for i := 0; i < len(value); i++ {
-		if b := value[i]; (b < ' ' && b != '\t') || b == 0x7f {
-			return fmt.Errorf("%w: header %s: control byte %#02x in value", ErrInvalidIntent, http.CanonicalHeaderKey(name), b)
+// checkPort refuses a port out of range, which no dial can reach.
+func checkPort(u *url.URL) error {
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("URL %q: port %q is not a number from 1 to 65535", redactURL(u), p)
 		}
+	}
+	return nil
+}
+
+// hopByHop reports whether canon names a hop-by-hop header (RFC 9110 7.6.1),
+// which concerns one connection, not the request: net/http manages these
+// itself, and refuses them on HTTP/2.
+func hopByHop(canon string) bool {
+	switch canon {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// checkRequestHeader checks the header of a request about to be sent for
+// what net/http would refuse: a name that is not a token, a control byte in
+// a value (a CR or LF would split the header), and, when hop is set, a
+// hop-by-hop header. The errors wrap ErrInvalidRequest.
+func checkRequestHeader(h http.Header, hop bool) error {
+	for name, values := range h {
+		if !isToken(name) {
+			return fmt.Errorf("%w: header name %q is not a valid token", ErrInvalidRequest, name)
+		}
+		if hop && hopByHop(http.CanonicalHeaderKey(name)) {
+			return fmt.Errorf("%w: header %s is hop-by-hop: net/http manages or refuses it", ErrInvalidRequest, http.CanonicalHeaderKey(name))
+		}
+		for _, v := range values {
+			if b, ok := controlByte(v); ok {
+				return fmt.Errorf("%w: header %s: control byte %#02x in value", ErrInvalidRequest, http.CanonicalHeaderKey(name), b)
+			}
+		}
+	}
+	return nil
+}
+
+// controlByte returns the first control byte of a header value other than
+// HTAB, if any.
+func controlByte(v string) (byte, bool) {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; (b < ' ' && b != '\t') || b == 0x7f {
+			return b, true
+		}
+	}
+	return 0, false
+}
+
+func checkValue(name, value string) error {
+	if b, ok := controlByte(value); ok {
+		return fmt.Errorf("%w: header %s: control byte %#02x in value", ErrInvalidIntent, http.CanonicalHeaderKey(name), b)
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ type Stats struct {
 // safe for concurrent use and its zero value is ready.
 type metrics struct {
 	attempts, replays, conflicts, keyReused, budgetRefusals atomic.Uint64
-	retries                                                 [ClassRejected + 1]atomic.Uint64
+	retries                                                 [numClasses]atomic.Uint64
 	outcomes                                                [NotApplied + 1]atomic.Uint64
 }
 

@@ -8,24 +8,32 @@ import (
 // maxRedirects matches net/http's default policy.
 const maxRedirects = 10
 
-// RedirectPolicy returns an http.Client CheckRedirect function that removes
-// the idempotency key and credentials from a redirected request bound for
-// another host (host and port), then defers to next (nil means net/http's
-// default: stop after 10 redirects). header names the key header; ""
-// means DefaultKeyHeader. X-Idempotency-Key, Authorization, Cookie and
-// Proxy-Authorization go too.
+// RedirectPolicy returns an http.Client CheckRedirect function for redirects
+// to another host (host and port). A keyed request whose redirect keeps a
+// method that is not safe (a 307 or 308 after a POST, PUT, PATCH or DELETE)
+// is not followed: the caller gets the redirect itself. Any other redirected
+// request loses the idempotency key and credentials on its way to another
+// host. Then it defers to next (nil means net/http's default: stop after 10
+// redirects). header names the key header; "" means DefaultKeyHeader.
+// X-Idempotency-Key, Authorization, Cookie and Proxy-Authorization go too.
 //
 // A key is an operation's identity at one server: presented to another host
-// it means nothing there, or collides with an unrelated operation. net/http
-// forwards such headers to another port of the same host name, and the key
-// header to any host. Client.Do applies this policy to its HTTPClient by
-// itself; set it on an http.Client that uses Transport:
+// it means nothing there, or collides with an unrelated operation, so it
+// cannot go along; and a write sent on without it would be retried there as
+// if it were keyed, a duplicate waiting to happen. net/http forwards such
+// headers to another port of the same host name, and the key header to any
+// host. Client.Do applies this policy to its HTTPClient by itself, and ends
+// such an intent with ErrRedirected and NotApplied; set it on an http.Client
+// that uses Transport:
 //
 //	hc := &http.Client{Transport: &idem.Transport{}, CheckRedirect: idem.RedirectPolicy("", nil)}
 func RedirectPolicy(header string, next func(req *http.Request, via []*http.Request) error) func(req *http.Request, via []*http.Request) error {
 	header = keyHeaderName(header)
 	return func(req *http.Request, via []*http.Request) error {
 		if len(via) > 0 && req.URL.Host != via[0].URL.Host {
+			if !IsSafe(req.Method) && (via[0].Header.Get(header) != "" || via[0].Header.Get("X-Idempotency-Key") != "") {
+				return http.ErrUseLastResponse
+			}
 			for _, h := range [...]string{header, "X-Idempotency-Key", "Authorization", "Cookie", "Proxy-Authorization"} {
 				req.Header.Del(h)
 			}

@@ -17,8 +17,43 @@ func redirectTo(target string) http.Handler {
 	})
 }
 
-func TestRedirectCrossHostDropsKeyAndCredentials(t *testing.T) {
-	other := newScripted(t, answer(201))
+// TestRedirectCrossHostKeyedWriteNotFollowed: a keyed POST redirected to
+// another host would arrive there without its key and be retried there as if
+// keyed; it is not followed, and the intent ends NotApplied with
+// ErrRedirected, through Do and through Attempt (as a queue drives it).
+func TestRedirectCrossHostKeyedWriteNotFollowed(t *testing.T) {
+	for _, code := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			other := newScripted(t, answer(201), answer(201))
+			origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, other.URL+"/elsewhere", code)
+			}))
+			defer origin.Close()
+
+			c, _ := testClient(t, nil)
+			in := mustIntent(t, "POST", origin.URL+"/pay", "x")
+			_, err := c.Do(context.Background(), in)
+			require.ErrorIs(t, err, ErrRedirected)
+			assert.ErrorIs(t, err, ErrNotApplied, "the origin redirected rather than acting")
+			e := asError(t, err)
+			assert.Len(t, e.Attempts, 1, "not retried")
+			assert.Equal(t, code, e.Status)
+			assert.Contains(t, e.Error(), "another host")
+
+			s, err := c.Attempt(context.Background(), mustIntent(t, "POST", origin.URL+"/pay", "y"), History{})
+			require.NoError(t, err)
+			s.Response.Body.Close()
+			assert.Equal(t, ActionStop, s.Decision.Action)
+			assert.ErrorIs(t, s.Decision.Cause, ErrRedirected)
+			assert.Empty(t, other.Requests(), "nothing reached the other host")
+		})
+	}
+}
+
+// TestRedirectCrossHostDropsCredentials: a safe request follows a redirect
+// to another host, without credentials.
+func TestRedirectCrossHostDropsCredentials(t *testing.T) {
+	other := newScripted(t, answer(200))
 	origin := httptest.NewServer(redirectTo(other.URL + "/elsewhere"))
 	defer origin.Close()
 
@@ -27,15 +62,12 @@ func TestRedirectCrossHostDropsKeyAndCredentials(t *testing.T) {
 		r.Header.Set("Authorization", "Bearer secret")
 		return nil
 	}
-	in := mustIntent(t, "POST", origin.URL+"/pay", "x")
-	res, err := c.Do(context.Background(), in)
+	res, err := c.Do(context.Background(), mustIntent(t, "GET", origin.URL+"/doc", ""))
 	require.NoError(t, err)
 	res.Response.Body.Close()
 	reqs := other.Requests()
 	require.Len(t, reqs, 1)
-	assert.Empty(t, reqs[0].key, "the key must not follow a redirect to another host")
 	assert.Empty(t, reqs[0].auth, "credentials must not follow a redirect to another host")
-	assert.Equal(t, "x", reqs[0].body)
 }
 
 func TestRedirectSameHostKeepsKey(t *testing.T) {
@@ -69,13 +101,18 @@ func TestRedirectPolicyChains(t *testing.T) {
 	assert.Empty(t, other.Requests())
 
 	p := RedirectPolicy("X-Key", nil)
-	req := httptest.NewRequest("POST", "http://b.example/", nil)
+	req := httptest.NewRequest("GET", "http://b.example/", nil)
 	req.Header.Set("X-Key", "k")
 	req.Header.Set("X-Idempotency-Key", "k")
 	via := []*http.Request{httptest.NewRequest("POST", "http://a.example/", nil)}
-	require.NoError(t, p(req, via))
+	via[0].Header.Set("X-Key", "k")
+	require.NoError(t, p(req, via), "a 303's GET follows")
 	assert.Empty(t, req.Header.Get("X-Key"))
 	assert.Empty(t, req.Header.Get("X-Idempotency-Key"))
+	post := httptest.NewRequest("POST", "http://b.example/", nil)
+	assert.ErrorIs(t, p(post, via), http.ErrUseLastResponse, "a keyed POST is not sent on to another host")
+	assert.ErrorIs(t, RedirectPolicy("", nil)(post, []*http.Request{httptest.NewRequest("PATCH", "http://a.example/", nil)}), nil,
+		"an unkeyed request follows")
 	ten := make([]*http.Request, 10)
 	for i := range ten {
 		ten[i] = via[0]
@@ -96,5 +133,14 @@ func TestRedirectTransport(t *testing.T) {
 	resp, err := hc.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	assert.Empty(t, other.Requests()[0].key)
+	assert.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode, "the caller gets the redirect")
+	assert.Empty(t, other.Requests(), "a keyed POST is not sent on to another host")
+
+	req, _ = http.NewRequest("GET", origin.URL, nil)
+	req.Header.Set("Idempotency-Key", "k-2")
+	resp, err = hc.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Len(t, other.Requests(), 1)
+	assert.Empty(t, other.Requests()[0].key, "a safe request follows, without the key")
 }

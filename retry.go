@@ -148,21 +148,25 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return max(t.Sub(now), 0), true
 }
 
-// Budget defaults, after the retry quotas of the AWS SDKs: a budget of 500
-// tokens allows 100 retries in a row with no success in between, or 50 after
-// ambiguous attempts.
-const (
-	DefaultBudgetTokens = 500
-	retryCost           = 5  // a retry after a never-sent or not-processed attempt
-	ambiguousRetryCost  = 10 // a retry after an ambiguous attempt adds load the server may already carry
-	successRefill       = 1  // a success on the first attempt
-)
+// DefaultBudgetTokens is the capacity of the budget a Client or Transport
+// makes for itself: in a total outage it allows 30 retries in all, however
+// many operations fail (200 concurrent intents cost 1.15 attempts each), while
+// a server that answers most requests never runs it dry.
+const DefaultBudgetTokens = 30
 
-// Budget is a retry budget, a token bucket shared by every intent of a
-// Client: each retry costs tokens, more after an ambiguous attempt, and
-// successes refill it. While the server is healthy it never runs dry; in an
-// outage it empties after a bounded number of retries, so that retries do not
-// multiply the load on a sick server. A Budget is safe for concurrent use.
+// Budget is a retry budget shared by every operation of a Client or a
+// Transport, in the manner of gRPC's retry throttling and Finagle's
+// RetryBudget: retries may not outnumber the server's answers by more than a
+// reserve. It holds up to its capacity in tokens and starts full; each retry
+// takes a token and is refused when none is left; each answer that ends an
+// operation (a success, a rejection: anything but an outage's refusals,
+// timeouts and 5xx) puts one back.
+//
+// So in a total outage retries stop after capacity of them, however many
+// operations fail, instead of multiplying the load on a sick server; while
+// the server answers, every operation may retry about once, so random faults
+// of up to about half the attempts never exhaust it. A Budget is safe for
+// concurrent use.
 type Budget struct {
 	mu       sync.Mutex // guards tokens
 	tokens   int
@@ -186,36 +190,27 @@ func (b *Budget) Tokens() int {
 	return b.tokens
 }
 
-// take spends the cost of a retry after an attempt of class c and returns
-// it, or reports false when the budget cannot pay.
-func (b *Budget) take(c Class) (int, bool) {
-	cost := retryCost
-	if c == ClassAmbiguous {
-		cost = ambiguousRetryCost
-	}
+// take spends a token for a retry, or reports false when none is left.
+func (b *Budget) take() bool {
 	if b.capacity == 0 {
-		return cost, true
+		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.tokens < cost {
-		return 0, false
+	if b.tokens == 0 {
+		return false
 	}
-	b.tokens -= cost
-	return cost, true
+	b.tokens--
+	return true
 }
 
-// succeed refills the budget after a success: the tokens its retries spent,
-// or successRefill when it needed none.
-func (b *Budget) succeed(spent int) {
+// answered puts a token back after an answer that ended an operation.
+func (b *Budget) answered() {
 	if b.capacity == 0 {
 		return
 	}
-	if spent == 0 {
-		spent = successRefill
-	}
 	b.mu.Lock()
-	b.tokens = min(b.tokens+spent, b.capacity)
+	b.tokens = min(b.tokens+1, b.capacity)
 	b.mu.Unlock()
 }
 

@@ -87,39 +87,43 @@ func TestPolicyBackoff(t *testing.T) {
 }
 
 func TestBudget(t *testing.T) {
-	b := NewBudget(20)
-	assert.Equal(t, 20, b.Tokens())
-	cost, ok := b.take(ClassNeverSent)
-	assert.True(t, ok)
-	assert.Equal(t, 5, cost)
-	cost, ok = b.take(ClassAmbiguous)
-	assert.True(t, ok)
-	assert.Equal(t, 10, cost)
-	assert.Equal(t, 5, b.Tokens())
-	_, ok = b.take(ClassAmbiguous)
-	assert.False(t, ok, "an ambiguous retry costs 10, only 5 left")
-	assert.Equal(t, 5, b.Tokens(), "a refusal costs nothing")
-	_, ok = b.take(ClassNotProcessed)
-	assert.True(t, ok)
-	assert.Equal(t, 0, b.Tokens())
-
-	b.succeed(0)
-	assert.Equal(t, 1, b.Tokens(), "a first-attempt success refills 1")
-	b.succeed(15)
-	assert.Equal(t, 16, b.Tokens(), "a success after retries refunds what they spent")
-	b.succeed(100)
-	assert.Equal(t, 20, b.Tokens(), "never above capacity")
+	b := NewBudget(3)
+	steps := []struct {
+		op     string // "take" or "answered"
+		ok     bool   // take's result
+		tokens int    // after the step
+	}{
+		{"take", true, 2},
+		{"take", true, 1},
+		{"take", true, 0},
+		{"take", false, 0}, // a refusal costs nothing
+		{"answered", true, 1},
+		{"take", true, 0},
+		{"answered", true, 1},
+		{"answered", true, 2},
+		{"answered", true, 3},
+		{"answered", true, 3}, // never above capacity
+	}
+	for i, st := range steps {
+		ok := true
+		if st.op == "take" {
+			ok = b.take()
+		} else {
+			b.answered()
+		}
+		if ok != st.ok || b.Tokens() != st.tokens {
+			t.Errorf("step %d %s: ok %v, tokens %d; want %v, %d", i, st.op, ok, b.Tokens(), st.ok, st.tokens)
+		}
+	}
 }
 
 func TestBudgetUnlimited(t *testing.T) {
 	b := NewBudget(0)
 	assert.Equal(t, -1, b.Tokens())
 	for range 1000 {
-		cost, ok := b.take(ClassAmbiguous)
-		require.True(t, ok)
-		assert.Equal(t, 10, cost, "an unlimited budget still reports the cost")
+		require.True(t, b.take())
 	}
-	b.succeed(3)
+	b.answered()
 	assert.Equal(t, -1, b.Tokens(), "a success leaves an unlimited budget unlimited")
 	assert.Equal(t, -1, NewBudget(-5).Tokens())
 }
@@ -132,7 +136,7 @@ func TestBudgetConcurrent(t *testing.T) {
 	for range 16 {
 		wg.Go(func() {
 			for range 100 {
-				if _, ok := b.take(ClassNeverSent); ok {
+				if b.take() {
 					mu.Lock()
 					granted++
 					mu.Unlock()
@@ -141,6 +145,6 @@ func TestBudgetConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, DefaultBudgetTokens/5, granted, "a full budget allows exactly capacity/cost retries")
+	assert.Equal(t, DefaultBudgetTokens, granted, "a full budget allows exactly capacity retries")
 	assert.Equal(t, 0, b.Tokens())
 }

@@ -48,8 +48,7 @@ type run struct {
 	reqUsed bool // the caller's own request (and body) went out
 
 	attempts  []Attempt // the trail; copied out, never shared, so a run can live on the stack
-	ambiguous bool      // an attempt so far was ambiguous
-	spent     int       // budget tokens spent by this run's retries
+	ambiguous bool      // an attempt so far left the operation in doubt (Decision.InDoubt)
 	bo        *backoff.ExponentialBackOff
 }
 
@@ -67,19 +66,22 @@ func (r *run) loop(ctx context.Context) (*http.Response, Decision, *Error) {
 			}
 			return nil, d, r.fail(r.outcome(), reason, 0, err)
 		}
+		if d.Action != ActionRetry && resp != nil && d.Class != ClassAmbiguous {
+			r.budget.answered() // the server is answering
+		}
 		switch {
 		case d.Action == ActionDone:
 			r.obs.attempt(ctx, r, ActionDone)
-			r.budget.succeed(r.spent)
 			return resp, d, nil
-		case d.Action == ActionStop && d.Class == ClassRejected && d.Outcome == NotApplied:
+		case d.Action == ActionStop && d.Class == ClassRejected && d.Outcome == NotApplied && d.Cause == nil:
+			// A final HTTP answer, as net/http returns one.
 			r.obs.attempt(ctx, r, ActionStop)
 			return resp, d, nil
 		case d.Action == ActionStop:
 			r.obs.attempt(ctx, r, ActionStop)
 			return resp, d, r.fail(d.Outcome, d.Reason, 0, d.Cause)
 		}
-		wait, ferr := r.nextWait(ctx, resp, d.Class)
+		wait, ferr := r.nextWait(ctx, resp)
 		if ferr != nil {
 			r.obs.attempt(ctx, r, ActionStop) // the decision said retry; the policy said no
 			return resp, d, ferr
@@ -100,20 +102,47 @@ func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
 	if err != nil {
 		return nil, Decision{}, err
 	}
-	d := Decide(Facts{
+	f := Facts{
 		Method: r.method, HasKey: r.hasKey, Wire: att.Wire, Err: att.Err,
-		Status: att.Status, Header: header(resp), EarlierAmbiguous: r.ambiguous,
-		DeletePolicy: r.deletePolicy,
-	})
+		Status: att.Status, EarlierAmbiguous: r.ambiguous, DeletePolicy: r.deletePolicy,
+	}
+	if resp != nil {
+		own := ownAnswer(resp, r.method)
+		f.Header = own.Header
+		f.RedirectOffHost = r.in != nil && r.hasKey && !IsSafe(r.method) && offHost(own, r.in.u.Host)
+	}
+	d := Decide(f)
 	att.Class = d.Class
 	r.attempts = append(r.attempts, att)
-	if d.Class == ClassAmbiguous {
+	if d.InDoubt {
 		r.ambiguous = true
 		if r.in != nil {
 			r.in.markAmbiguous()
 		}
 	}
 	return resp, d, nil
+}
+
+// ownAnswer returns the answer to the request itself: when net/http followed
+// a redirect that changed the method (a 303, or a 301 or 302 to a POST), the
+// followed GET's answer says nothing of the request, whose own answer is the
+// redirect. A 307 or 308 keeps the method, and its target's answer is the
+// request's.
+func ownAnswer(resp *http.Response, method string) *http.Response {
+	for resp.Request != nil && resp.Request.Method != method && resp.Request.Response != nil {
+		resp = resp.Request.Response
+	}
+	return resp
+}
+
+// offHost reports whether resp is a 307 or 308 that was not followed, to a
+// host other than host.
+func offHost(resp *http.Response, host string) bool {
+	if resp.StatusCode != http.StatusTemporaryRedirect && resp.StatusCode != http.StatusPermanentRedirect {
+		return false
+	}
+	loc, err := resp.Location()
+	return err == nil && loc.Host != host
 }
 
 // attempt sends one attempt. A non-nil error means no attempt was made: the
@@ -149,7 +178,7 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	}
 	att.Duration = r.clock.Now().Sub(att.Start)
 	f := rec.Facts()
-	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil}
+	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil, Resent: f.Resent}
 	if att.Wire.MayHaveReachedServer() && r.in != nil {
 		r.in.markSent(att.Start)
 	}
@@ -160,7 +189,7 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 		}
 		return nil, att, nil
 	}
-	att.Status = resp.StatusCode
+	att.Status = ownAnswer(resp, r.method).StatusCode
 	if cancel != nil {
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	}
@@ -189,7 +218,7 @@ func (at *attemptTimer) Stop() {
 // nextWait decides how long to wait before the next attempt, or returns the
 // *Error that ends the run: context, attempts, elapsed time, Retry-After
 // cap, deadline or budget.
-func (r *run) nextWait(ctx context.Context, resp *http.Response, c Class) (time.Duration, *Error) {
+func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration, *Error) {
 	out := r.outcome()
 	if err := ctx.Err(); err != nil {
 		return 0, r.fail(out, "context ended", 0, err)
@@ -218,16 +247,15 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response, c Class) (time.
 	if dl, ok := ctx.Deadline(); ok && !next.Before(dl) {
 		return 0, r.fail(out, "context deadline comes before the next attempt", 0, context.DeadlineExceeded)
 	}
-	cost, ok := r.budget.take(c)
-	if !ok {
+	if !r.budget.take() {
 		r.obs.m.budgetRefusals.Add(1)
 		return 0, r.fail(out, "retry budget exhausted", 0, ErrBudgetExhausted)
 	}
-	r.spent += cost
 	return wait, nil
 }
 
-// outcome is the outcome if the run ended now without success.
+// outcome is the outcome if the run ended now without success: Unknown once
+// an attempt left the operation in doubt.
 func (r *run) outcome() Outcome {
 	if r.ambiguous {
 		return Unknown
@@ -241,6 +269,12 @@ func (r *run) build(ctx context.Context) (*http.Request, error) {
 		return r.c.request(ctx, r.in)
 	}
 	if !r.reqUsed { // the caller's own body goes out on the first attempt
+		if err := checkPort(r.req.URL); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		if err := checkRequestHeader(r.req.Header, false); err != nil {
+			return nil, err
+		}
 		r.reqUsed = true
 		return r.req.WithContext(ctx), nil
 	}

@@ -175,7 +175,7 @@ func TestTransportBadPolicy(t *testing.T) {
 func TestTransportBudgetAndStats(t *testing.T) {
 	srv := newScripted(t, answer(503), answer(503), answer(503))
 	tr, _ := testTransport(t, nil)
-	tr.Budget = NewBudget(10)
+	tr.Budget = NewBudget(1)
 	var infos []AttemptInfo
 	tr.OnAttempt = func(_ context.Context, a AttemptInfo) { infos = append(infos, a) }
 	req, _ := http.NewRequest("GET", srv.URL+"/x?token=secret", nil)
@@ -183,7 +183,7 @@ func TestTransportBudgetAndStats(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, 503, resp.StatusCode)
-	assert.Len(t, srv.Requests(), 2, "the budget allowed one ambiguous retry")
+	assert.Len(t, srv.Requests(), 2, "the budget allowed one retry")
 	st := tr.Stats()
 	assert.Equal(t, uint64(2), st.Attempts)
 	assert.Equal(t, uint64(1), st.Retries)

@@ -19,6 +19,9 @@ type Facts struct {
 	WroteHeaders bool
 	// WroteRequest reports that the whole request was written without error.
 	WroteRequest bool
+	// Resent reports that a connection was obtained after headers had been
+	// written on an earlier one: net/http sent the request again.
+	Resent bool
 }
 
 // Recorder collects the facts of one attempt. Its hooks run on net/http's
@@ -30,13 +33,21 @@ type Recorder struct {
 	conns        atomic.Int32
 	wroteHeaders atomic.Bool
 	wroteRequest atomic.Bool
+	resent       atomic.Bool
 }
 
 // New returns a Recorder whose trace feeds it.
 func New() *Recorder {
 	r := &Recorder{}
 	r.trace = httptrace.ClientTrace{
-		GotConn:      func(httptrace.GotConnInfo) { r.conns.Add(1) },
+		GotConn: func(httptrace.GotConnInfo) {
+			// net/http waits for the failed connection's writer before it
+			// takes another, so an earlier WroteHeaders is seen here.
+			if r.wroteHeaders.Load() {
+				r.resent.Store(true)
+			}
+			r.conns.Add(1)
+		},
 		WroteHeaders: func() { r.wroteHeaders.Store(true) },
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err == nil {
@@ -59,5 +70,6 @@ func (r *Recorder) Facts() Facts {
 		Conns:        int(r.conns.Load()),
 		WroteHeaders: r.wroteHeaders.Load(),
 		WroteRequest: r.wroteRequest.Load(),
+		Resent:       r.resent.Load(),
 	}
 }
