@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -26,7 +27,9 @@ import (
 // Unlike Client.Do, Transport hands back the last response whatever its
 // status, as a RoundTripper should; when no response came, the error is an
 // *Error with the outcome and the attempts (wrapped by http.Client in a
-// *url.Error; errors.Is and errors.As see through it).
+// *url.Error; errors.Is and errors.As see through it). A 503 handed back
+// after the retries ran out looks like any 503: to learn that its outcome is
+// Unknown, attach a Report to the request's context with WithReport.
 //
 // The zero Transport is ready to use with http.DefaultTransport. A Transport
 // is safe for concurrent use; do not change its fields after first use.
@@ -88,21 +91,70 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.logsURL() {
 		r.url = req.URL.String()
 	}
-	resp, d, e := r.loop(req.Context())
+	ctx := req.Context()
+	resp, d, e := r.loop(ctx)
 	if !r.reqUsed {
 		closeBody(req) // no attempt took it
 	}
+	rep, _ := ctx.Value(reportKey{}).(*Report)
 	if e != nil && resp == nil {
 		e.URL = req.URL.String()
-		r.obs.finish(req.Context(), &r, e.Outcome, false, e)
+		r.obs.finish(ctx, &r, e.Outcome, false, e)
+		if rep != nil {
+			*rep = Report{Outcome: e.Outcome, Err: e, Attempts: e.Attempts}
+		}
 		return nil, e
 	}
 	out := d.Outcome
 	if e != nil {
+		e.URL = req.URL.String()
 		out = e.Outcome
 	}
-	r.obs.finish(req.Context(), &r, out, IsReplayed(resp.Header), e)
+	replayed := IsReplayed(resp.Header)
+	r.obs.finish(ctx, &r, out, replayed, e)
+	if rep != nil {
+		*rep = Report{Outcome: out, Replayed: replayed, Err: e, Attempts: slices.Clone(r.attempts)}
+	}
 	return resp, nil
+}
+
+// Report is what a Transport learned about one RoundTrip: the outcome
+// Client.Do would have given, and the attempts. A RoundTripper must hand back
+// the last response as it came, so a 503 after exhausted retries, or a 409
+// under a key, reads like any other answer; the Report says what it means.
+//
+// Attach a Report to a request's context with WithReport; RoundTrip fills it
+// in before it returns. An http.Client that follows redirects makes one
+// RoundTrip per hop, each filling the same Report: it describes the last.
+// Read it after the call returns, from the goroutine that made it.
+type Report struct {
+	// Outcome is the operation's outcome: Applied, AlreadyApplied,
+	// NotApplied, or Unknown when an attempt left it in doubt and no answer
+	// settled it. NoOutcome until a RoundTrip fills the Report.
+	Outcome Outcome
+	// Replayed reports that the final answer was a replay of a stored one.
+	Replayed bool
+	// Err says why the Transport stopped without success (exhausted
+	// attempts, the budget, a stop of the decision table), whether or not a
+	// response was handed back; nil after success or a plain final answer
+	// such as a 404.
+	Err *Error
+	// Attempts is the trail, first attempt first.
+	Attempts []Attempt
+}
+
+// reportKey is the context key of a *Report.
+type reportKey struct{}
+
+// WithReport returns a copy of ctx that asks a Transport to fill in rep for
+// the RoundTrip of a request made with it:
+//
+//	var rep idem.Report
+//	req, _ := http.NewRequestWithContext(idem.WithReport(ctx, &rep), "POST", url, body)
+//	resp, err := hc.Do(req)
+//	// rep.Outcome is Unknown when resp is a 503 the retries could not get past.
+func WithReport(ctx context.Context, rep *Report) context.Context {
+	return context.WithValue(ctx, reportKey{}, rep)
 }
 
 // keyed reports whether req carries an idempotency key.

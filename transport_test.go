@@ -193,3 +193,62 @@ func TestTransportBudgetAndStats(t *testing.T) {
 	assert.Equal(t, 2, infos[1].N)
 	assert.Equal(t, srv.URL+"/x", infos[0].URL, "no query in what the hook sees")
 }
+
+// TestTransportReport: a RoundTripper hands back the last response as it came;
+// the Report attached to the request's context tells what it means.
+func TestTransportReport(t *testing.T) {
+	tests := []struct {
+		name    string
+		steps   []step
+		method  string
+		outcome Outcome
+		cause   error
+		n       int
+	}{
+		{"503 after the retries ran out", []step{answer(503), answer(503), answer(503), answer(503)}, "PUT", Unknown, ErrAttemptsExhausted, 4},
+		{"success after an ambiguous attempt", []step{answer(503), answer(201, "Idempotent-Replayed", "true")}, "PUT", Applied, nil, 2},
+		{"plain rejection", []step{answer(404)}, "PUT", NotApplied, nil, 1},
+		{"keyed 409 until the end", []step{answer(409), answer(409), answer(409), answer(409)}, "POST", Unknown, ErrAttemptsExhausted, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, tt.steps...)
+			tr, _ := testTransport(t, nil)
+			hc := &http.Client{Transport: tr}
+			var rep Report
+			req, err := http.NewRequestWithContext(WithReport(context.Background(), &rep), tt.method, srv.URL, strings.NewReader("x"))
+			require.NoError(t, err)
+			req.Header.Set("Idempotency-Key", "k-1")
+			resp, err := hc.Do(req)
+			require.NoError(t, err, "a RoundTripper hands back the response")
+			resp.Body.Close()
+			assert.Equal(t, tt.outcome, rep.Outcome)
+			assert.Len(t, rep.Attempts, tt.n)
+			if tt.cause != nil {
+				require.NotNil(t, rep.Err)
+				assert.ErrorIs(t, rep.Err, tt.cause)
+			} else {
+				assert.Nil(t, rep.Err)
+			}
+			assert.Equal(t, tt.outcome == Applied && tt.n == 2, rep.Replayed)
+		})
+	}
+
+	t.Run("no response", func(t *testing.T) {
+		tr, _ := testTransport(t, nil)
+		d := &refusingDialer{}
+		d.left.Store(100)
+		tr.Base = httpClient(t, d.DialContext).Transport
+		var rep Report
+		req, _ := http.NewRequestWithContext(WithReport(context.Background(), &rep), "GET", "http://127.0.0.1:1/", nil)
+		_, err := tr.RoundTrip(req)
+		require.Error(t, err)
+		assert.Equal(t, NotApplied, rep.Outcome)
+		assert.Same(t, asError(t, err), rep.Err)
+	})
+
+	t.Run("zero Report", func(t *testing.T) {
+		var rep Report
+		assert.Equal(t, NoOutcome, rep.Outcome, "the zero Report has no outcome yet")
+	})
+}
