@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // EventKind says what an Event reports.
@@ -330,10 +331,14 @@ func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 	defer cancel()
 	step, err := q.opts.Client.Attempt(actx, r.Intent, idem.History{Ambiguous: r.Ambiguous})
 	now := q.opts.now()
-	if err != nil { // nothing was sent: ctx ended, or credentials could not be had
-		r.LastError = err.Error()
+	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
+		r.LastError = redact.Error(err)
 		r.Attempts--
 		r.unsend()
+		if errors.Is(err, idem.ErrInvalidRequest) { // no later attempt can cure it
+			r.LastClass = idem.ClassInvalid
+			return now, q.settleLeased(r, Failed, q.outcomeOf(r), r.LastError, nil)
+		}
 		next := now.Add(q.backoff(r))
 		if ctx.Err() != nil {
 			next = now // shutting down: due at once on the next run
@@ -346,10 +351,10 @@ func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 	}
 	r.LastClass, r.LastStatus, r.LastError = step.Decision.Class, step.Attempt.Status, ""
 	if step.Attempt.Err != nil {
-		r.LastError = step.Attempt.Err.Error()
+		r.LastError = redact.Error(step.Attempt.Err)
 	}
 	q.observe(step.Decision.Class)
-	if step.Decision.Class == idem.ClassAmbiguous {
+	if step.Decision.InDoubt { // ambiguous, resent by net/http, or a keyed 409
 		r.Ambiguous = true
 	}
 	d := step.Decision
@@ -503,8 +508,14 @@ func (q *Queue) backoff(r *Record) time.Duration {
 	return p.Backoff(max(r.Attempts, 1), q.opts.rand())
 }
 
-// observe feeds an attempt's class to offline detection.
+// observe feeds an attempt's class to offline detection. A request that
+// could not be sent as it is (ClassInvalid) says nothing of the network:
+// counting it either way would let one lane's bad requests flip the whole
+// queue offline and back while other lanes get through.
 func (q *Queue) observe(c idem.Class) {
+	if c == idem.ClassInvalid {
+		return
+	}
 	var ev EventKind
 	q.mu.Lock()
 	o := &q.offline

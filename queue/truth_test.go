@@ -1,0 +1,169 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testserver"
+)
+
+// These tests pin the queue's side of the outcome contract: the same
+// decision as Client.Do, settled and surfaced, never retried without end.
+
+// TestQueueKeyed409IsUnknown: a record whose attempts meet only 409s (its
+// key is in flight elsewhere) fails as Unknown, never NotApplied: the
+// request holding the key may still apply, and does.
+func TestQueueKeyed409IsUnknown(t *testing.T) {
+	const hold = 500 * time.Millisecond
+	s := startServer(t, testserver.Options{RequireKey: true, Delay: hold,
+		Faults: func(_ *http.Request, _ string, seen int) testserver.Fault {
+			if seen == 0 {
+				return testserver.FaultDelay
+			}
+			return testserver.FaultNone
+		}})
+	key := idem.DeriveKey("order-9", "charge")
+	in := post(t, s.URL()+"/payments", 1, idem.WithKey(key))
+
+	// Another process holds the key: its request is still being worked on.
+	holder := &idem.Client{HTTPClient: s.Client(), Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 50 * time.Millisecond}}
+	_, err := holder.Do(context.Background(), in)
+	require.ErrorIs(t, err, idem.ErrOutcomeUnknown)
+
+	opts := fast(clientFor(s))
+	opts.MaxAttempts = 2
+	q, _ := openTest(t, opts)
+	run(t, q)
+	ctx := waitCtx(t)
+	again := post(t, s.URL()+"/payments", 1, idem.WithKey(key))
+	id, err := q.Enqueue(ctx, again)
+	require.NoError(t, err)
+	r, err := q.Wait(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, Failed, r.State)
+	assert.Equal(t, http.StatusConflict, r.LastStatus)
+	assert.Equal(t, idem.Unknown, r.Outcome, "a 409 under our key is not a refusal")
+	require.Eventually(t, func() bool { return s.EffectsForKey(key) == 1 }, 4*hold, 10*time.Millisecond, "the holder's request applied")
+}
+
+// TestQueueCrossHostRedirectNotFollowed: a keyed POST redirected to another
+// host fails NotApplied with the reason, and the other host sees nothing.
+func TestQueueCrossHostRedirectNotFollowed(t *testing.T) {
+	var other atomic.Int32
+	otherSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		other.Add(1)
+		w.WriteHeader(201)
+	}))
+	defer otherSrv.Close()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, otherSrv.URL+"/payments", http.StatusTemporaryRedirect)
+	}))
+	defer origin.Close()
+
+	q, _ := openTest(t, fast(&idem.Client{}))
+	run(t, q)
+	ctx := waitCtx(t)
+	id, err := q.Enqueue(ctx, post(t, origin.URL+"/payments", 1))
+	require.NoError(t, err)
+	r, err := q.Wait(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, Failed, r.State)
+	assert.Equal(t, idem.NotApplied, r.Outcome)
+	assert.Contains(t, r.Reason, "another host")
+	assert.Equal(t, 1, r.Attempts)
+	assert.Zero(t, other.Load(), "nothing reached the other host")
+}
+
+// TestQueueInvalidRequestFails: a request that cannot be sent as it is
+// (a certificate that does not verify, a header net/http refuses) fails at
+// once, NotApplied, with an event; it is not retried without end.
+func TestQueueInvalidRequestFails(t *testing.T) {
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer tlsSrv.Close()
+	var plainHits atomic.Int32
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { plainHits.Add(1) }))
+	defer plain.Close()
+
+	tests := []struct {
+		name      string
+		url       string
+		authorize func(context.Context, *http.Request) error
+	}{
+		{"certificate not trusted", tlsSrv.URL + "/payments", nil},
+		{"CR LF from Authorize", plain.URL + "/payments", func(_ context.Context, r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer t\r\nX-Evil: 1")
+			return nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ev events
+			opts := fast(&idem.Client{Authorize: tt.authorize})
+			opts.Notify = ev.notify
+			q, _ := openTest(t, opts)
+			run(t, q)
+			ctx := waitCtx(t)
+			id, err := q.Enqueue(ctx, post(t, tt.url, 1))
+			require.NoError(t, err)
+			r, err := q.Wait(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, Failed, r.State)
+			assert.Equal(t, idem.NotApplied, r.Outcome)
+			assert.Equal(t, idem.ClassInvalid, r.LastClass)
+			assert.LessOrEqual(t, r.Attempts, 1)
+			assert.NotEmpty(t, r.Reason)
+			assert.Equal(t, 1, ev.count(EventSettled))
+			assert.Zero(t, ev.count(EventOffline), "a local failure is not the network")
+			assert.Zero(t, plainHits.Load())
+		})
+	}
+}
+
+// TestQueueOfflineDoesNotFlapOnLocalFailures: one lane's requests fail
+// locally (a certificate that does not verify) while another lane's get
+// through: the queue never declares itself offline, nor back online.
+func TestQueueOfflineDoesNotFlapOnLocalFailures(t *testing.T) {
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer tlsSrv.Close()
+	s := startServer(t, testserver.Options{RequireKey: true})
+
+	var ev events
+	opts := fast(&idem.Client{HTTPClient: s.Client()})
+	opts.Notify = ev.notify
+	opts.Workers = 2
+	q, _ := openTest(t, opts)
+	ctx := waitCtx(t)
+	const n = 12
+	var ids []ID
+	for i := range n {
+		target, lane := s.URL()+"/payments", "good"
+		if i%2 == 0 {
+			target, lane = tlsSrv.URL+"/payments", "bad"
+		}
+		id, err := q.Enqueue(ctx, post(t, target, i, idem.WithLane(lane)))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	run(t, q)
+	for i, id := range ids {
+		r, err := q.Wait(ctx, id)
+		require.NoError(t, err)
+		want := Done
+		if i%2 == 0 {
+			want = Failed
+		}
+		assert.Equal(t, want, r.State, fmt.Sprintf("record %d", i))
+	}
+	assert.Zero(t, ev.count(EventOffline))
+	assert.Zero(t, ev.count(EventOnline))
+	assert.Equal(t, n/2, s.TotalEffects())
+}
