@@ -93,14 +93,16 @@ func TestToleratesDisagreeingServers(t *testing.T) {
 			policy: endless, wantOutcome: idem.Unknown, wantAttempts: 2,
 			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrRetryAfterTooLong}, within: 2 * time.Second},
 
-		// 409 used for a payload mismatch: nothing was ever ambiguous, so
-		// nothing was applied, and idem says so once the retries run out.
+		// 409 used for a payload mismatch reads exactly as the draft's 409
+		// "a request with this key is in flight", which may still apply: the
+		// client cannot tell them apart, so the end is Unknown, never
+		// NotApplied (a caller told NotApplied would resend under a new key).
 		{name: "409 for a payload mismatch", answers: []answer{status(409)},
-			policy: small, wantOutcome: idem.NotApplied, wantAttempts: 6,
-			wantErr: []error{idem.ErrNotApplied, idem.ErrAttemptsExhausted}, within: 4 * time.Second},
+			policy: small, wantOutcome: idem.Unknown, wantAttempts: 6,
+			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrAttemptsExhausted}, within: 4 * time.Second},
 		{name: "409 for a payload mismatch, elapsed bound", answers: []answer{status(409)},
-			policy: elapsedBound, wantOutcome: idem.NotApplied,
-			wantErr: []error{idem.ErrNotApplied, idem.ErrAttemptsExhausted}, within: 2 * time.Second},
+			policy: elapsedBound, wantOutcome: idem.Unknown,
+			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrAttemptsExhausted}, within: 2 * time.Second},
 		{name: "422 for a payload mismatch", answers: []answer{status(422)},
 			policy: small, wantOutcome: idem.NotApplied, wantAttempts: 1,
 			wantErr: []error{idem.ErrNotApplied, idem.ErrKeyReused}, within: 2 * time.Second},
