@@ -24,14 +24,25 @@
 // through net/http/httptrace) and by the answer:
 //
 //   - never sent: no request headers were written to a connection (dial
-//     refused, DNS, TLS). The server cannot have acted; any method is resent.
+//     refused, DNS). The server cannot have acted; any method is resent.
+//   - invalid: nothing was sent and waiting cannot help (a TLS certificate
+//     that does not verify, a header net/http refuses): stop, NotApplied,
+//     ErrInvalidRequest.
 //   - not processed: 408, 425, 429, or 409 for a keyed request (the same key
 //     is in flight). Resent after Retry-After or backoff.
 //   - ambiguous: the request may have reached the server and no complete
 //     answer came back (timeout, reset), or a 5xx. Resent only for safe and
 //     idempotent methods (GET, HEAD, OPTIONS, TRACE, QUERY, PUT, DELETE) or
-//     when the intent has a key; a POST or PATCH without one stops.
-//   - key reused (422 for a keyed request), rejected (other 4xx): stop.
+//     when the intent has a key; a POST or PATCH without one stops. A 301
+//     or 302 to a method that is not safe is ambiguous too (post/redirect/get
+//     or moved?) and stops with ErrRedirected.
+//   - key reused (422 for a keyed request), rejected (other 4xx): stop. A
+//     keyed write redirected to another host, where its key would not go,
+//     is not followed: ErrRedirected.
+//
+// A request net/http followed through a redirect that made it a GET (303,
+// or 301/302 after a POST) is judged by its own answer, the redirect, not by
+// the GET's status.
 //
 // Classify and Decide implement this table as pure functions.
 //
@@ -45,11 +56,16 @@
 //   - NotApplied: the server did not act. A *Result for a 4xx rejection, or
 //     an *Error matching ErrNotApplied when attempts never got through. A new
 //     intent is safe.
-//   - Unknown: an attempt was ambiguous and nothing later settled it. An
-//     *Error matching ErrOutcomeUnknown: reconcile, do not resubmit under a
-//     new key. Once an attempt was ambiguous only a success settles it: a
+//   - Unknown: an attempt left the operation in doubt (Decision.InDoubt)
+//     and nothing later settled it. An *Error matching ErrOutcomeUnknown:
+//     reconcile, do not resubmit under a new key. In doubt means an
+//     ambiguous attempt, a keyed 409 (a request under the key is in flight
+//     and may still apply), or a resend net/http made after the headers had
+//     gone out (Wire.Resent). Once in doubt only a success settles it: a
 //     later 4xx proves that attempt did nothing, not the earlier one. An
 //     Intent remembers this across calls to Do.
+//
+// The zero Outcome, NoOutcome, means none yet.
 //
 // # Caveats
 //
@@ -65,10 +81,12 @@
 // reused connection fails before any answer, and resends HTTP/2 streams the
 // server refused or never processed (REFUSED_STREAM, above a GOAWAY's last
 // stream id). Attempt.Wire.Conns counts those connections, and
-// Stats.Attempts counts them as sends.
+// Stats.Attempts counts them as sends; Wire.Resent marks an attempt whose
+// headers had gone out before the resend, which leaves it in doubt.
 //
 // For existing *http.Client code, Transport applies the same decisions
-// without an Intent; it never makes up a key. The queue package keeps intents
+// without an Intent; it never makes up a key, and a Report attached with
+// WithReport tells the outcome behind the response it hands back. The queue package keeps intents
 // on disk and sends them after outages and restarts, never past the time the
 // server keeps their keys.
 package idem
