@@ -2,11 +2,13 @@ package wire
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -79,4 +81,53 @@ func TestRecorderComposes(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, 1, outer, "an existing trace keeps running")
 	assert.Equal(t, 1, rec.Facts().Conns)
+}
+
+// TestRecorderResent: net/http resends a replayable request on a fresh
+// connection when a reused one fails after the headers went out; the
+// Recorder marks it, and only then.
+func TestRecorderResent(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if n.Add(1) == 2 { // the first send of the POST: read, then hang up
+			conn, _, _ := http.NewResponseController(w).Hijack()
+			conn.Close()
+			return
+		}
+		w.WriteHeader(201)
+	}))
+	defer srv.Close()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+
+	warm, err := tr.RoundTrip(httptestRequest(t, context.Background(), "GET", srv.URL, ""))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, warm.Body)
+	warm.Body.Close() // the connection goes back to the pool
+
+	rec := New()
+	req := httptestRequest(t, rec.WithContext(context.Background()), "POST", srv.URL, "x")
+	req.Header.Set("Idempotency-Key", "k-1") // makes a POST replayable for net/http
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, Facts{Conns: 2, WroteHeaders: true, WroteRequest: true, Resent: true}, rec.Facts())
+
+	rec = New()
+	resp, err = tr.RoundTrip(httptestRequest(t, rec.WithContext(context.Background()), "POST", srv.URL, "y"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.False(t, rec.Facts().Resent, "one send on one connection")
+}
+
+func httptestRequest(t *testing.T, ctx context.Context, method, url, body string) *http.Request {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
+	require.NoError(t, err)
+	return req
 }
