@@ -68,6 +68,15 @@ func TestBadInputIntent(t *testing.T) {
 		{"headers too large", "POST", u, nil, []idem.IntentOption{idem.WithHeader("X-Big", strings.Repeat("v", idem.MaxHeaderBytes))}, idem.ErrInvalidIntent, "headers take"},
 		{"Proxy-Authorization", "PUT", u, nil, []idem.IntentOption{idem.WithHeader("Proxy-Authorization", "Basic s3cret")}, idem.ErrSecretHeader, "Proxy-Authorization"},
 		{"proxy-authorization lowercase", "PUT", u, nil, []idem.IntentOption{idem.WithHeader("proxy-authorization", "Basic s3cret")}, idem.ErrSecretHeader, "Proxy-Authorization"},
+		{"port above range", "POST", "http://h:99999/x?token=s3cret", nil, nil, idem.ErrInvalidIntent, `URL "http://h:99999/x": port "99999" is not a number from 1 to 65535`},
+		{"port zero", "POST", "http://h:0/x", nil, nil, idem.ErrInvalidIntent, `port "0"`},
+		{"Upgrade", "POST", u, nil, []idem.IntentOption{idem.WithHeader("Upgrade", "h2c")}, idem.ErrInvalidIntent, "header Upgrade is hop-by-hop"},
+		{"Keep-Alive", "POST", u, nil, []idem.IntentOption{idem.WithHeader("keep-alive", "timeout=5")}, idem.ErrInvalidIntent, "header Keep-Alive is hop-by-hop"},
+		{"Proxy-Connection", "POST", u, nil, []idem.IntentOption{idem.WithHeader("Proxy-Connection", "keep-alive")}, idem.ErrInvalidIntent, "header Proxy-Connection is hop-by-hop"},
+		{"Te", "GET", u, nil, []idem.IntentOption{idem.WithHeader("TE", "trailers")}, idem.ErrInvalidIntent, "header Te is hop-by-hop"},
+		{"Connection", "POST", u, nil, []idem.IntentOption{idem.WithHeader("Connection", "close")}, idem.ErrInvalidIntent, "header Connection is hop-by-hop"},
+		{"Transfer-Encoding", "POST", u, nil, []idem.IntentOption{idem.WithHeader("Transfer-Encoding", "chunked")}, idem.ErrInvalidIntent, "header Transfer-Encoding is hop-by-hop"},
+		{"Trailer", "POST", u, nil, []idem.IntentOption{idem.WithHeader("Trailer", "X-Sum")}, idem.ErrInvalidIntent, "header Trailer is hop-by-hop"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
