@@ -268,7 +268,8 @@ func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error)
 // with Client.Attempt by a caller that keeps the trail itself, such as a
 // queue across restarts.
 type History struct {
-	// Ambiguous reports that an earlier attempt was ambiguous.
+	// Ambiguous reports that an earlier attempt left the operation in doubt
+	// (its Decision.InDoubt): from then on only a success settles it.
 	Ambiguous bool
 }
 

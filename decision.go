@@ -164,7 +164,8 @@ type Facts struct {
 	// Header is the response header; nil when there is none.
 	Header http.Header
 	// EarlierAmbiguous reports that an earlier attempt of the same intent
-	// was ambiguous.
+	// left it in doubt (Decision.InDoubt): it was ambiguous, resent by
+	// net/http after its headers went out, or answered 409 under the key.
 	EarlierAmbiguous bool
 	// DeletePolicy says how a DELETE answered 404 or 410 is read.
 	DeletePolicy DeletePolicy

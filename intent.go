@@ -39,8 +39,8 @@ const maxLaneLen = 255
 //
 // Create an Intent where the intent is born (the user pressed "Pay"), never in
 // a retry loop or a transport. An Intent is safe for concurrent use: its fields
-// are immutable except FirstSentAt and the mark that an attempt was ambiguous,
-// which a Client records atomically.
+// are immutable except FirstSentAt and the mark that an attempt left the
+// operation in doubt, which a Client records atomically.
 type Intent struct {
 	method    string
 	url       string
@@ -55,8 +55,9 @@ type Intent struct {
 	// firstSentAt is the UnixNano time of the first attempt that may have
 	// reached the server; zero when none has.
 	firstSentAt atomic.Int64
-	// ambiguous records that an attempt was ambiguous, so that a later Do
-	// of the same intent never reports NotApplied for what may have applied.
+	// ambiguous records that an attempt left the operation in doubt
+	// (Decision.InDoubt), so that a later Do of the same intent never
+	// reports NotApplied for what may have applied.
 	ambiguous atomic.Bool
 }
 
@@ -349,7 +350,7 @@ func (in *Intent) FirstSentAt() time.Time {
 	return binenc.FromNanos(in.firstSentAt.Load())
 }
 
-// markAmbiguous records that an attempt of in was ambiguous.
+// markAmbiguous records that an attempt of in left it in doubt.
 func (in *Intent) markAmbiguous() { in.ambiguous.Store(true) }
 
 // markSent records t as FirstSentAt unless a time is already recorded: the
