@@ -67,4 +67,7 @@
 // Client.Authorize, then its lane is held (EventLaneHeld) until Wake, with
 // its records kept. Settled records are kept for Options.KeepSettled, then
 // removed; a file that is mostly free space is compacted at Open.
+//
+// Discard is an operator's removal of a record that is not in flight: a
+// Wait for it returns ErrDiscarded, since it will never settle.
 package queue

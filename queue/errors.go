@@ -16,6 +16,9 @@ var (
 	ErrKeyInUse = errors.New("queue: key already queued for another operation")
 	// ErrNotFound is returned when no record has the given ID.
 	ErrNotFound = errors.New("queue: no such record")
+	// ErrDiscarded is returned by Wait when the record it waits for is
+	// removed by Discard before it settles.
+	ErrDiscarded = errors.New("queue: record discarded")
 	// ErrInFlight is returned by Discard for a record whose attempt is
 	// under way.
 	ErrInFlight = errors.New("queue: record in flight")
