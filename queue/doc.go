@@ -68,6 +68,11 @@
 // its records kept. Settled records are kept for Options.KeepSettled, then
 // removed; a file that is mostly free space is compacted at Open.
 //
+// A URL's query, fragment and user info, and an intent's key, may be
+// secrets: the queue's errors name an intent by its method and its URL
+// without them (internal/redact, as the root package does), and a refused
+// key by the ID of the record that holds it.
+//
 // Discard is an operator's removal of a record that is not in flight: a
 // Wait for it returns ErrDiscarded, since it will never settle.
 package queue
