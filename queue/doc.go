@@ -73,6 +73,10 @@
 // without them (internal/redact, as the root package does), and a refused
 // key by the ID of the record that holds it.
 //
+// Options.Notify runs on the drainer's goroutines, which Close waits for.
+// Close called from Notify therefore does not wait: it stops Run and returns
+// at once, and the file is closed once the drainers are done.
+//
 // Discard is an operator's removal of a record that is not in flight: a
 // Wait for it returns ErrDiscarded, since it will never settle.
 package queue

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"reflect"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -83,7 +85,10 @@ type Options struct {
 	// DefaultClockTolerance.
 	ClockTolerance time.Duration
 	// Notify, if not nil, is called for every Event, from the drainer's
-	// goroutines, with no lock held. It must not block for long.
+	// goroutines (and from Wake's caller, for EventOnline), with no lock
+	// held. It must not block for long. It may call Close, which then
+	// returns at once instead of waiting for the drainer running Notify
+	// (see Close).
 	Notify func(Event)
 
 	// Seams for tests: nil means the real clock, math/rand/v2, os.OpenFile.
@@ -169,6 +174,12 @@ type Queue struct {
 	// writing by Close, so that Close waits for them.
 	life sync.RWMutex
 
+	// notifying counts the Notify calls under way, for Close to tell
+	// whether it may be running inside one.
+	notifying atomic.Int32
+	// shut is closed once Close has closed the file.
+	shut chan struct{}
+
 	mu       sync.Mutex // guards the fields below
 	idx      index
 	ready    laneHeap
@@ -209,6 +220,7 @@ func Open(path string, opts Options) (*Queue, error) {
 		},
 		waiters: map[ID][]chan *Record{},
 		kick:    make(chan struct{}, 1),
+		shut:    make(chan struct{}),
 	}
 	if err := q.recover(); err != nil {
 		db.Close()
@@ -259,11 +271,21 @@ func openDB(path string, o Options) (db *bolt.DB, err error) {
 const batchDelay = time.Millisecond
 
 // Close stops Run, waits for the attempts under way to be recorded, then
-// closes the file. Later calls return ErrClosed.
+// closes the file. Later calls wait for that, then return ErrClosed.
+//
+// Called from Options.Notify, which runs on a drainer goroutine that Close
+// would wait for, Close does not wait: it stops Run and returns nil at once,
+// and the file is closed as soon as the drainers, the one running Notify
+// included, are done; the attempts under way are still recorded. A failure
+// to close the file is then reported as an EventError. A Notify that hands
+// Close to another goroutine must not wait for it.
 func (q *Queue) Close() error {
 	q.mu.Lock()
 	if q.closing {
 		q.mu.Unlock()
+		if !q.inNotify() {
+			<-q.shut
+		}
 		return ErrClosed
 	}
 	q.closing = true
@@ -273,6 +295,21 @@ func (q *Queue) Close() error {
 		stop() // ends attempts under way; their results are still committed
 	}
 	q.poke()
+	if q.inNotify() {
+		go func() {
+			if err := q.finishClose(); err != nil {
+				q.notify(Event{Kind: EventError, Err: err})
+			}
+		}()
+		return nil
+	}
+	return q.finishClose()
+}
+
+// finishClose is the end of Close: it waits for the drainers, wakes the
+// waiters and closes the file.
+func (q *Queue) finishClose() error {
+	defer close(q.shut)
 	q.draining.Wait()
 
 	q.mu.Lock()
@@ -287,6 +324,38 @@ func (q *Queue) Close() error {
 	q.life.Lock()
 	defer q.life.Unlock()
 	return q.db.Close()
+}
+
+// inNotify reports whether the calling goroutine is inside this queue's
+// Options.Notify. Go has no goroutine identity to ask, so it looks for
+// notify among the caller's frames, once it knows a Notify call is under
+// way. A goroutine inside another queue's Notify while this one's runs
+// elsewhere is taken for a Notify caller too: its Close then returns
+// before the file is closed, which is safe, if early.
+func (q *Queue) inNotify() bool {
+	if q.notifying.Load() == 0 {
+		return false
+	}
+	name := runtime.FuncForPC(reflect.ValueOf((*Queue).notify).Pointer()).Name()
+	pcs := make([]uintptr, 64)
+	for {
+		n := runtime.Callers(2, pcs)
+		if n < len(pcs) {
+			pcs = pcs[:n]
+			break
+		}
+		pcs = make([]uintptr, 2*len(pcs))
+	}
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if f.Function == name {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // Path returns the file's path.
