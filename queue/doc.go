@@ -68,6 +68,16 @@
 // its records kept. Settled records are kept for Options.KeepSettled, then
 // removed; a file that is mostly free space is compacted at Open.
 //
+// Every record is stored with a CRC-32C, which Open checks. A record found
+// damaged, by Open or when it is next in its lane and does not decode, is
+// quarantined rather than left to stop its lane: it becomes failed, with
+// Outcome Unknown (whether it was sent cannot be told), Record.Damaged set
+// and a Reason starting "damaged: ", and is reported with EventSettled (by
+// the first Run, for those Open found). It keeps its ID, and its intent only
+// if the intent's own checksum shows it intact; Get and List return it,
+// Discard removes it, Resubmit refuses it. A file bbolt cannot read is
+// another matter: Open refuses it with ErrDamaged and does not write to it.
+//
 // A URL's query, fragment and user info, and an intent's key, may be
 // secrets: the queue's errors name an intent by its method and its URL
 // without them (internal/redact, as the root package does), and a refused

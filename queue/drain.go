@@ -17,7 +17,9 @@ import (
 type EventKind uint8
 
 const (
-	// EventSettled: Record settled (done, failed or expired).
+	// EventSettled: Record settled (done, failed or expired). A record Open
+	// found damaged and quarantined (Record.Damaged) is reported so by the
+	// first Run after that Open.
 	EventSettled EventKind = iota + 1
 	// EventLaneHeld: Lane is held after a 401 that fresh credentials did
 	// not cure; its records wait for Wake.
@@ -112,6 +114,14 @@ func (q *Queue) Run(ctx context.Context) error {
 		q.mu.Unlock()
 		q.draining.Done()
 	}()
+
+	q.mu.Lock()
+	quarantine := q.damaged
+	q.damaged = nil
+	q.mu.Unlock()
+	for _, r := range quarantine { // found damaged by Open: reported once
+		q.notify(Event{Kind: EventSettled, Record: r})
+	}
 
 	free := q.opts.Workers
 	done := make(chan *lane, q.opts.Workers)
@@ -288,10 +298,15 @@ func (q *Queue) head(name string) (*Record, error) {
 		if err == nil && !r.State.Settled() {
 			return r, nil
 		}
+		if errors.Is(err, ErrDamaged) {
+			if done, qerr := q.quarantineHead(name, id); done || qerr != nil {
+				err = qerr // quarantined: on to the next head
+			}
+		}
 		if !errors.Is(err, ErrNotFound) && err != nil {
 			return nil, err
 		}
-		q.forget(name, id) // discarded or settled behind the index's back
+		q.forget(name, id) // discarded, settled or quarantined behind the index's back
 	}
 }
 
@@ -466,7 +481,7 @@ func (q *Queue) commit(old State, r *Record, also func(buckets) error) error {
 		})
 	})
 	if errors.Is(err, errMovedOn) {
-		q.forget(r.Intent.Lane(), r.ID)
+		q.forget(r.lane(), r.ID)
 	}
 	if err != nil {
 		return err

@@ -157,6 +157,9 @@ func (q *Queue) sameKey(b buckets, in *idem.Intent) (ID, error) {
 		return 0, err
 	}
 	o := r.Intent
+	if o == nil {
+		return 0, fmt.Errorf("%w: record %d, found damaged, holds its key; Discard it to free the key", ErrKeyInUse, id)
+	}
 	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
 		// The key and the URL's query may be secrets: the record's ID
 		// tells the operator which one is meant.

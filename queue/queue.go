@@ -194,6 +194,7 @@ type Queue struct {
 	closed   bool
 	kick     chan struct{} // wakes the drainer; buffered, never closed
 	draining sync.WaitGroup
+	damaged  []*Record // quarantined by Open, for Run to report
 }
 
 // Open opens the queue file at path, creating it (mode 0600) if it does not

@@ -167,7 +167,7 @@ func (q *Queue) Discard(id ID) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.idx.removed(r, size)
-	if l := q.idx.lanes[r.Intent.Lane()]; l != nil && len(l.ids) == 0 && !l.busy {
+	if l := q.idx.lanes[r.lane()]; l != nil && len(l.ids) == 0 && !l.busy {
 		q.ready.remove(l)
 		delete(q.idx.lanes, l.name)
 	}
@@ -231,6 +231,8 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 // resubmittable says why r cannot be resubmitted, if it cannot.
 func resubmittable(r *Record) error {
 	switch {
+	case r.Damaged:
+		return fmt.Errorf("%w: %d was found damaged: what it held cannot be trusted", ErrNotResubmittable, r.ID)
 	case r.State != Expired && r.State != Failed:
 		return fmt.Errorf("%w: %d is %s, not expired or failed", ErrNotResubmittable, r.ID, r.State)
 	case r.ResubmittedAs != 0:
