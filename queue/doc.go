@@ -41,9 +41,17 @@
 // server has no such horizon; Options.MaxAge limits stale intents instead.
 //
 // The horizon is judged by the wall clock, and edge devices boot with wrong
-// clocks: the queue keeps the latest time it has seen, and while the clock
-// reads earlier than that by more than Options.ClockTolerance it sends
-// nothing and reports EventClockHeld.
+// clocks: the queue keeps the latest time it has seen (the mark), and while
+// the clock reads earlier than that by more than Options.ClockTolerance it
+// sends nothing and reports EventClockHeld. One reading moves the mark by
+// MaxClockStep (a day) at most, so a clock that read ahead by mistake holds
+// sends for about a day once set right, not until the wrong time comes; a
+// clock that is right after a long time off is never held for it, its mark
+// catching up a step per attempt. An operator who knows the clock is right
+// calls ResetClock, which sets the mark to the clock and reports
+// EventClockReset for the log. A record first sent while the clock read
+// ahead, later than the clock now reads, expires: its horizon cannot be
+// judged.
 //
 // # What is guaranteed
 //

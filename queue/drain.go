@@ -35,6 +35,9 @@ const (
 	// EventError: the drainer met an error it will retry, such as a failed
 	// commit.
 	EventError
+	// EventClockReset: ResetClock replaced the clock's high-water mark
+	// OldMark with NewMark, an operator's decision worth a log line.
+	EventClockReset
 )
 
 func (k EventKind) String() string {
@@ -51,6 +54,8 @@ func (k EventKind) String() string {
 		return "clock held"
 	case EventError:
 		return "error"
+	case EventClockReset:
+		return "clock reset"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -62,8 +67,12 @@ type Event struct {
 	Record *Record
 	// Lane is the held lane, for EventLaneHeld.
 	Lane string
-	// Err says why, for EventLaneHeld, EventClockHeld and EventError.
+	// Err says why, for EventLaneHeld, EventClockHeld and EventError, and
+	// what was done, for EventClockReset.
 	Err error
+	// OldMark and NewMark are the clock's high-water mark before and after
+	// ResetClock, for EventClockReset; zero otherwise.
+	OldMark, NewMark time.Time
 }
 
 // Wake tells the drainer the network is back: it ends an offline wait and
@@ -270,10 +279,16 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 	return q.attempt(ctx, r)
 }
 
-// due reports whether r's next attempt is due: its time has come, or Wake
-// was called after an attempt that never got out.
+// due reports whether r's next attempt is due: its time has come, its last
+// attempt was made by a clock ahead of now, or Wake was called after an
+// attempt that never got out.
 func (q *Queue) due(r *Record, now time.Time) bool {
 	if !r.NextAttempt.After(now) {
+		return true
+	}
+	if r.LastAttemptAt.After(now.Add(q.opts.ClockTolerance)) {
+		// Scheduled by a clock that read ahead of this one (see
+		// ResetClock): the schedule cannot be trusted, the judgement can.
 		return true
 	}
 	q.mu.Lock()
@@ -331,12 +346,9 @@ func (q *Queue) lease(r *Record, now time.Time) error {
 		r.FirstSentAt = now
 	}
 	q.mu.Lock()
-	if now.After(q.hwm) {
-		q.hwm = now
-	}
-	hwm := q.hwm
+	q.hwm = advanceMark(q.hwm, now)
 	q.mu.Unlock()
-	return q.commit(Pending, r, func(b buckets) error { return q.saveHWM(b, hwm) })
+	return q.commit(Pending, r, q.saveHWM)
 }
 
 // attempt sends one attempt of the leased r and records what followed.
@@ -553,7 +565,7 @@ func (q *Queue) holdClock(reason string) {
 	q.held = true
 	q.mu.Unlock()
 	if first {
-		q.notify(Event{Kind: EventClockHeld, Err: errors.New("queue: sends held: " + reason)})
+		q.notify(Event{Kind: EventClockHeld, Err: errors.New("queue: sends held: " + reason + "; if the clock is right, the mark is not: see ResetClock")})
 	}
 }
 

@@ -359,8 +359,12 @@ func (q *Queue) scan(b buckets, now time.Time) error {
 // saveHWM persists the clock's high-water mark when it has moved on by
 // hwmStep, or by half of ClockTolerance if that is less: a coarse mark is
 // enough against a clock that is wrong by more than ClockTolerance, and it
-// keeps most leases to one page.
-func (q *Queue) saveHWM(b buckets, hwm time.Time) error {
+// keeps most leases to one page. It reads the mark inside the transaction,
+// so that a commit never stores a mark ResetClock replaced meanwhile.
+func (q *Queue) saveHWM(b buckets) error {
+	q.mu.Lock()
+	hwm := q.hwm
+	q.mu.Unlock()
 	if hwm.Sub(binenc.FromNanos(int64(getUint(b.meta, metaHWM)))) < min(hwmStep, q.opts.ClockTolerance/2) {
 		return nil
 	}
