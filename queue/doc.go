@@ -76,6 +76,14 @@
 // its records kept. Settled records are kept for Options.KeepSettled, then
 // removed; a file that is mostly free space is compacted at Open.
 //
+// One Queue at a time opens a file. Open locks a lock file beside it, path +
+// ".lock", for the Queue's whole life (flock on Unix, a handle without
+// sharing on Windows; on Solaris and AIX only bbolt's own lock, which
+// compaction lets go for a moment). The lock file stays when the queue
+// closes: leave it, since removing it while a queue is open lets a second
+// one in. A compaction writes a temporary file beside the queue file, named
+// path + ".compact-" and a random part; Open removes those a crash left.
+//
 // Every record is stored with a CRC-32C, which Open checks. A record found
 // damaged, by Open or when it is next in its lane and does not decode, is
 // quarantined rather than left to stop its lane: it becomes failed, with

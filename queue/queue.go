@@ -162,6 +162,7 @@ func (o Options) withDefaults() (Options, error) {
 // concurrent use.
 type Queue struct {
 	db   *bolt.DB
+	lock *os.File // the lock file, locked until Close (see lockSuffix)
 	path string
 	opts Options
 	h    horizon
@@ -198,23 +199,39 @@ type Queue struct {
 }
 
 // Open opens the queue file at path, creating it (mode 0600) if it does not
-// exist. A file another process holds gives ErrLocked after
-// Options.LockTimeout; a damaged file gives ErrDamaged and is left as it is.
-// Records left in flight by a crash return to pending: their next attempt
-// presents the same key, so a server that saw the first one answers from its
-// store. A file mostly of free space is compacted.
+// exist, and locks it for the Queue's life through a lock file beside it,
+// path + ".lock", which stays there. A file another Queue holds, in this
+// process or another, gives ErrLocked after Options.LockTimeout; a damaged
+// file gives ErrDamaged and is left as it is. Records left in flight by a
+// crash return to pending: their next attempt presents the same key, so a
+// server that saw the first one answers from its store. A file mostly of
+// free space is compacted.
 func Open(path string, opts Options) (*Queue, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	_ = os.Remove(path + compactSuffix) // a compaction a crash interrupted
+	lf, err := lock(path, o)
+	if err != nil {
+		return nil, err
+	}
+	q, err := openLocked(path, o, lf)
+	if err != nil {
+		lf.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// openLocked is Open once the lock file lf is locked.
+func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
+	removeCompactions(path)
 	db, err := openDB(path, o)
 	if err != nil {
 		return nil, err
 	}
 	q := &Queue{
-		db: db, path: path, opts: o,
+		db: db, lock: lf, path: path, opts: o,
 		h: horizon{
 			retention: o.Retention, margin: o.Margin, maxAge: o.MaxAge,
 			attemptTimeout: o.AttemptTimeout, clockTolerance: o.ClockTolerance,
@@ -324,7 +341,9 @@ func (q *Queue) finishClose() error {
 	q.mu.Unlock()
 	q.life.Lock()
 	defer q.life.Unlock()
-	return q.db.Close()
+	err := q.db.Close()
+	q.lock.Close() // after the file: the next opener may have it
+	return err
 }
 
 // inNotify reports whether the calling goroutine is inside this queue's

@@ -449,6 +449,7 @@ func TestCompactAtOpen(t *testing.T) {
 	assert.Equal(t, Pending, r.State, "compaction keeps every record")
 	_, err = os.Stat(path + compactSuffix)
 	assert.True(t, errors.Is(err, os.ErrNotExist))
+	assert.Empty(t, compactTemps(t, path), "no compaction file is left")
 	// The compacted file is a sound bbolt file.
 	require.NoError(t, q.db.View(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
