@@ -85,10 +85,10 @@ type Options struct {
 	// DefaultClockTolerance.
 	ClockTolerance time.Duration
 	// Notify, if not nil, is called for every Event, from the drainer's
-	// goroutines (and from Wake's caller, for EventOnline), with no lock
-	// held. It must not block for long. It may call Close, which then
-	// returns at once instead of waiting for the drainer running Notify
-	// (see Close).
+	// goroutines (from Wake's and ResetClock's callers for the events they
+	// cause), with no lock held. It must not block for long. It may call
+	// Close, which then returns at once instead of waiting for the drainer
+	// running Notify (see Close).
 	Notify func(Event)
 
 	// Seams for tests: nil means the real clock, math/rand/v2, os.OpenFile.
