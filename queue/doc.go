@@ -96,7 +96,7 @@
 //
 // A URL's query, fragment and user info, and an intent's key, may be
 // secrets: the queue's errors name an intent by its method and its URL
-// without them (internal/redact, as the root package does), and a refused
+// without them, as the root package's do, and a refused
 // key by the ID of the record that holds it.
 //
 // Options.Notify runs on the drainer's goroutines, which Close waits for.

@@ -33,7 +33,7 @@ const (
 	Done
 	// Failed records were refused by the server, or ran out of attempts; the
 	// Outcome is NotApplied, or Unknown after an ambiguous attempt. A record
-	// Open found damaged is failed too, with Outcome Unknown (see
+	// found damaged is failed too, with Outcome Unknown (see
 	// Record.Damaged).
 	Failed
 	// Expired records were not sent again because the server may have
@@ -117,12 +117,14 @@ type Record struct {
 	// ResubmittedAs is the record an operator resubmitted this one as; 0 if
 	// none.
 	ResubmittedAs ID
-	// Damaged reports that Open found the stored record damaged and
-	// quarantined it: State is Failed, Outcome Unknown (whether it was sent
-	// cannot be told), Reason starts with "damaged: " and says what was
-	// wrong. Of what it held only ID is kept, and Intent if the intent's own
-	// checksum shows it intact; the rest is zero. It is never sent again nor
-	// resubmitted; Discard removes it.
+	// Damaged reports that the stored record was found damaged, by Open or
+	// by the drainer when it came to the head of its lane, and quarantined:
+	// State is Failed, Outcome Unknown (whether it was sent cannot be
+	// told), Reason starts with "damaged: " and says what was wrong,
+	// SettledAt is when it was quarantined. Of what it held only ID is
+	// kept, and Intent if the intent's own checksum shows it intact; the
+	// rest is zero. It is never sent again nor resubmitted; Discard removes
+	// it.
 	Damaged bool
 
 	// leaseSetFirstSent reports that the current lease set FirstSentAt, so
@@ -157,7 +159,7 @@ const (
 	flagReauthorized
 	flagHasResult
 	flagTruncated
-	// flagDamaged marks a record Open quarantined (Record.Damaged); its
+	// flagDamaged marks a quarantined record (Record.Damaged); its
 	// intent field is empty when the intent could not be recovered, and
 	// its lane then empty too. Added to version 1 before any release: no
 	// file written without it exists.
@@ -255,10 +257,12 @@ func decodeRecord(data []byte) (*Record, error) {
 	if r.State.Settled() == r.SettledAt.IsZero() {
 		return nil, fmt.Errorf("%w: state %s with settled time %v", errCorrupt, r.State, r.SettledAt)
 	}
+	if r.Damaged && !r.State.Settled() { // quarantined records are never sent
+		return nil, fmt.Errorf("%w: damaged record in state %s", errCorrupt, r.State)
+	}
 	if r.Damaged && len(r.intentBytes) == 0 {
-		// Quarantined without its intent: only ever settled, in no lane.
-		if !r.State.Settled() || lane != "" {
-			return nil, fmt.Errorf("%w: damaged record without intent, state %s, lane %q", errCorrupt, r.State, lane)
+		if lane != "" {
+			return nil, fmt.Errorf("%w: damaged record without intent in lane %q", errCorrupt, lane)
 		}
 		return r, nil
 	}

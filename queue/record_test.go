@@ -70,7 +70,7 @@ func TestRecordRoundTripDamaged(t *testing.T) {
 	data, err = r.encode()
 	require.NoError(t, err)
 	_, err = decodeRecord(data)
-	assert.ErrorContains(t, err, "damaged record without intent", "a record without intent is never pending")
+	assert.ErrorContains(t, err, "damaged record in state pending", "a quarantined record is never pending")
 }
 
 func TestDecodeRecordRejects(t *testing.T) {
