@@ -248,7 +248,7 @@ func TestBadInputEnqueue(t *testing.T) {
 	}{
 		{"nil intent", ctx, nil, idem.ErrInvalidIntent, "idem: invalid intent: nil intent"},
 		{"PATCH without key", ctx, keyless, ErrNeedsKey, "queue: not idempotent and no key: PATCH " + url},
-		{"key of another operation", ctx, other, ErrKeyInUse, `queue: key already queued for another operation: key "order-1" is record`},
+		{"key of another operation", ctx, other, ErrKeyInUse, "queue: key already queued for another operation: record " + firstID.String() + " holds its key, for POST " + url},
 		{"full", ctx, third, ErrQueueFull, "queue: full: 3 unsettled records, limit 3"},
 		{"context ended", cancelled, third, context.Canceled, "context canceled"},
 	}

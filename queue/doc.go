@@ -41,9 +41,17 @@
 // server has no such horizon; Options.MaxAge limits stale intents instead.
 //
 // The horizon is judged by the wall clock, and edge devices boot with wrong
-// clocks: the queue keeps the latest time it has seen, and while the clock
-// reads earlier than that by more than Options.ClockTolerance it sends
-// nothing and reports EventClockHeld.
+// clocks: the queue keeps the latest time it has seen (the mark), and while
+// the clock reads earlier than that by more than Options.ClockTolerance it
+// sends nothing and reports EventClockHeld. One reading moves the mark by
+// MaxClockStep (a day) at most, so a clock that read ahead by mistake holds
+// sends for about a day once set right, not until the wrong time comes; a
+// clock that is right after a long time off is never held for it, its mark
+// catching up a step per attempt. An operator who knows the clock is right
+// calls ResetClock, which sets the mark to the clock and reports
+// EventClockReset for the log. A record first sent while the clock read
+// ahead, later than the clock now reads, expires: its horizon cannot be
+// judged.
 //
 // # What is guaranteed
 //
@@ -67,4 +75,34 @@
 // Client.Authorize, then its lane is held (EventLaneHeld) until Wake, with
 // its records kept. Settled records are kept for Options.KeepSettled, then
 // removed; a file that is mostly free space is compacted at Open.
+//
+// One Queue at a time opens a file. Open locks a lock file beside it, path +
+// ".lock", for the Queue's whole life (flock on Unix, a handle without
+// sharing on Windows; on Solaris and AIX only bbolt's own lock, which
+// compaction lets go for a moment). The lock file stays when the queue
+// closes: leave it, since removing it while a queue is open lets a second
+// one in. A compaction writes a temporary file beside the queue file, named
+// path + ".compact-" and a random part; Open removes those a crash left.
+//
+// Every record is stored with a CRC-32C, which Open checks. A record found
+// damaged, by Open or when it is next in its lane and does not decode, is
+// quarantined rather than left to stop its lane: it becomes failed, with
+// Outcome Unknown (whether it was sent cannot be told), Record.Damaged set
+// and a Reason starting "damaged: ", and is reported with EventSettled (by
+// the first Run, for those Open found). It keeps its ID, and its intent only
+// if the intent's own checksum shows it intact; Get and List return it,
+// Discard removes it, Resubmit refuses it. A file bbolt cannot read is
+// another matter: Open refuses it with ErrDamaged and does not write to it.
+//
+// A URL's query, fragment and user info, and an intent's key, may be
+// secrets: the queue's errors name an intent by its method and its URL
+// without them, as the root package's do, and a refused
+// key by the ID of the record that holds it.
+//
+// Options.Notify runs on the drainer's goroutines, which Close waits for.
+// Close called from Notify therefore does not wait: it stops Run and returns
+// at once, and the file is closed once the drainers are done.
+//
+// Discard is an operator's removal of a record that is not in flight: a
+// Wait for it returns ErrDiscarded, since it will never settle.
 package queue

@@ -18,7 +18,9 @@ import (
 type EventKind uint8
 
 const (
-	// EventSettled: Record settled (done, failed or expired).
+	// EventSettled: Record settled (done, failed or expired). A record Open
+	// found damaged and quarantined (Record.Damaged) is reported so by the
+	// first Run after that Open.
 	EventSettled EventKind = iota + 1
 	// EventLaneHeld: Lane is held after a 401 that fresh credentials did
 	// not cure; its records wait for Wake.
@@ -34,6 +36,9 @@ const (
 	// EventError: the drainer met an error it will retry, such as a failed
 	// commit.
 	EventError
+	// EventClockReset: ResetClock replaced the clock's high-water mark
+	// OldMark with NewMark, an operator's decision worth a log line.
+	EventClockReset
 )
 
 func (k EventKind) String() string {
@@ -50,6 +55,8 @@ func (k EventKind) String() string {
 		return "clock held"
 	case EventError:
 		return "error"
+	case EventClockReset:
+		return "clock reset"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -61,8 +68,12 @@ type Event struct {
 	Record *Record
 	// Lane is the held lane, for EventLaneHeld.
 	Lane string
-	// Err says why, for EventLaneHeld, EventClockHeld and EventError.
+	// Err says why, for EventLaneHeld, EventClockHeld and EventError, and
+	// what was done, for EventClockReset.
 	Err error
+	// OldMark and NewMark are the clock's high-water mark before and after
+	// ResetClock, for EventClockReset; zero otherwise.
+	OldMark, NewMark time.Time
 }
 
 // Wake tells the drainer the network is back: it ends an offline wait and
@@ -113,6 +124,14 @@ func (q *Queue) Run(ctx context.Context) error {
 		q.mu.Unlock()
 		q.draining.Done()
 	}()
+
+	q.mu.Lock()
+	quarantine := q.damaged
+	q.damaged = nil
+	q.mu.Unlock()
+	for _, r := range quarantine { // found damaged by Open: reported once
+		q.notify(Event{Kind: EventSettled, Record: r})
+	}
 
 	free := q.opts.Workers
 	done := make(chan *lane, q.opts.Workers)
@@ -261,10 +280,16 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 	return q.attempt(ctx, r)
 }
 
-// due reports whether r's next attempt is due: its time has come, or Wake
-// was called after an attempt that never got out.
+// due reports whether r's next attempt is due: its time has come, its last
+// attempt was made by a clock ahead of now, or Wake was called after an
+// attempt that never got out.
 func (q *Queue) due(r *Record, now time.Time) bool {
 	if !r.NextAttempt.After(now) {
+		return true
+	}
+	if r.LastAttemptAt.After(now.Add(q.opts.ClockTolerance)) {
+		// Scheduled by a clock that read ahead of this one (see
+		// ResetClock): the schedule cannot be trusted, the judgement can.
 		return true
 	}
 	q.mu.Lock()
@@ -289,10 +314,15 @@ func (q *Queue) head(name string) (*Record, error) {
 		if err == nil && !r.State.Settled() {
 			return r, nil
 		}
+		if errors.Is(err, ErrDamaged) {
+			if done, qerr := q.quarantineHead(name, id); done || qerr != nil {
+				err = qerr // quarantined: on to the next head
+			}
+		}
 		if !errors.Is(err, ErrNotFound) && err != nil {
 			return nil, err
 		}
-		q.forget(name, id) // discarded or settled behind the index's back
+		q.forget(name, id) // discarded, settled or quarantined behind the index's back
 	}
 }
 
@@ -317,12 +347,9 @@ func (q *Queue) lease(r *Record, now time.Time) error {
 		r.FirstSentAt = now
 	}
 	q.mu.Lock()
-	if now.After(q.hwm) {
-		q.hwm = now
-	}
-	hwm := q.hwm
+	q.hwm = advanceMark(q.hwm, now)
 	q.mu.Unlock()
-	return q.commit(Pending, r, func(b buckets) error { return q.saveHWM(b, hwm) })
+	return q.commit(Pending, r, q.saveHWM)
 }
 
 // attempt sends one attempt of the leased r and records what followed.
@@ -471,7 +498,7 @@ func (q *Queue) commit(old State, r *Record, also func(buckets) error) error {
 		})
 	})
 	if errors.Is(err, errMovedOn) {
-		q.forget(r.Intent.Lane(), r.ID)
+		q.forget(r.lane(), r.ID)
 	}
 	if err != nil {
 		return err
@@ -549,7 +576,7 @@ func (q *Queue) holdClock(reason string) {
 	q.held = true
 	q.mu.Unlock()
 	if first {
-		q.notify(Event{Kind: EventClockHeld, Err: errors.New("queue: sends held: " + reason)})
+		q.notify(Event{Kind: EventClockHeld, Err: errors.New("queue: sends held: " + reason + "; if the clock is right, the mark is not: see ResetClock")})
 	}
 }
 
@@ -559,10 +586,15 @@ func (q *Queue) unholdClock() {
 	q.mu.Unlock()
 }
 
+// notify calls Options.Notify. Close looks for this function among its
+// callers (see inNotify): keep it the one caller of Notify.
 func (q *Queue) notify(e Event) {
-	if q.opts.Notify != nil {
-		q.opts.Notify(e)
+	if q.opts.Notify == nil {
+		return
 	}
+	q.notifying.Add(1)
+	defer q.notifying.Add(-1)
+	q.opts.Notify(e)
 }
 
 // keep reads the part of a response worth storing and closes it.

@@ -10,6 +10,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // Enqueue stores in durably and returns its ID: when it returns nil, the
@@ -40,7 +41,7 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b bucket
 		return 0, err
 	}
 	if !in.HasKey() && !idem.IsIdempotent(in.Method()) {
-		return 0, fmt.Errorf("%w: %s %s", ErrNeedsKey, in.Method(), in.URL())
+		return 0, fmt.Errorf("%w: %s %s", ErrNeedsKey, in.Method(), redact.RawURL(in.URL()))
 	}
 	now := q.opts.now()
 	r := &Record{Intent: in, State: Pending, NextAttempt: now, EnqueuedAt: now}
@@ -156,8 +157,13 @@ func (q *Queue) sameKey(b buckets, in *idem.Intent) (ID, error) {
 		return 0, err
 	}
 	o := r.Intent
+	if o == nil {
+		return 0, fmt.Errorf("%w: record %d, found damaged, holds its key; Discard it to free the key", ErrKeyInUse, id)
+	}
 	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
-		return 0, fmt.Errorf("%w: key %q is record %d, %s %s", ErrKeyInUse, in.Key(), id, o.Method(), o.URL())
+		// The key and the URL's query may be secrets: the record's ID
+		// tells the operator which one is meant.
+		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", ErrKeyInUse, id, o.Method(), redact.RawURL(o.URL()))
 	}
 	return id, nil
 }

@@ -16,11 +16,14 @@ var (
 	ErrKeyInUse = errors.New("queue: key already queued for another operation")
 	// ErrNotFound is returned when no record has the given ID.
 	ErrNotFound = errors.New("queue: no such record")
+	// ErrDiscarded is returned by Wait when the record it waits for is
+	// removed by Discard before it settles.
+	ErrDiscarded = errors.New("queue: record discarded")
 	// ErrInFlight is returned by Discard for a record whose attempt is
 	// under way.
 	ErrInFlight = errors.New("queue: record in flight")
 	// ErrNotResubmittable is returned by Resubmit for a record that is not
-	// expired or failed, or was resubmitted already.
+	// expired or failed, was resubmitted already, or was found damaged.
 	ErrNotResubmittable = errors.New("queue: record cannot be resubmitted")
 	// ErrClosed is returned by every method once Close was called.
 	ErrClosed = errors.New("queue: closed")
@@ -29,7 +32,9 @@ var (
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("queue: file locked by another process")
 	// ErrDamaged is returned by Open, and by reads, when the file or a
-	// record in it is damaged. Open never writes to a damaged file.
+	// record in it is damaged. Open never writes to a file it cannot read;
+	// a damaged record in a readable file it quarantines instead (see
+	// Record.Damaged).
 	ErrDamaged = errors.New("queue: file damaged")
 	// ErrInvalidOptions is returned by Open for inconsistent Options.
 	ErrInvalidOptions = errors.New("queue: invalid options")

@@ -31,11 +31,20 @@ const (
 // An attempt is refused once it could end after the server may have
 // forgotten the key: now + attemptTimeout > FirstSentAt + retention - margin.
 // A record that never reached the server has no such horizon; MaxAge, since
-// CreatedAt, limits it instead.
+// CreatedAt, limits it instead. A record first sent later than now, by
+// more than the tolerance, was sent by a clock that read ahead: its horizon
+// cannot be judged, and it expires.
 func (h horizon) judge(r *Record, now, hwm time.Time) (verdict, string) {
 	if !hwm.IsZero() && now.Before(hwm.Add(-h.clockTolerance)) {
 		return verdictHold, fmt.Sprintf("clock reads %s, %v before the latest time seen (%s)",
 			now.UTC().Format(time.RFC3339), hwm.Sub(now).Round(time.Second), hwm.UTC().Format(time.RFC3339))
+	}
+	if first := r.FirstSentAt; first.After(now.Add(h.clockTolerance)) {
+		// First sent by a clock that read ahead of this one, since set
+		// back (the mark reset, or capped): when the server saw the key
+		// cannot be told, so neither can its horizon.
+		return verdictExpire, fmt.Sprintf("first sent %s, after the clock's reading %s: the clock was wrong then or is now, and the horizon cannot be judged",
+			first.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 	end := now.Add(h.attemptTimeout)
 	if first := r.FirstSentAt; !first.IsZero() {
@@ -50,6 +59,29 @@ func (h horizon) judge(r *Record, now, hwm time.Time) (verdict, string) {
 		}
 	}
 	return verdictSend, ""
+}
+
+// MaxClockStep is the furthest one clock reading moves the clock's
+// high-water mark: a reading later than the mark by more than this moves it
+// by MaxClockStep only. A clock that reads ahead by mistake, once, then
+// holds sends for at most about MaxClockStep after it is set right, not
+// until the wrong time comes; a clock that is right after a long time off
+// is not held, and its mark catches up a step per attempt.
+const MaxClockStep = 24 * time.Hour
+
+// advanceMark returns the clock's high-water mark after a reading now: now if
+// it is later, but no further than MaxClockStep past mark. A zero mark (a new
+// file) takes now.
+func advanceMark(mark, now time.Time) time.Time {
+	switch {
+	case mark.IsZero():
+		return now
+	case !now.After(mark):
+		return mark
+	case now.Sub(mark) > MaxClockStep:
+		return mark.Add(MaxClockStep)
+	}
+	return now
 }
 
 // keyLimit is the last instant an attempt may end for an intent first sent

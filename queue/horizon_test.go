@@ -38,6 +38,8 @@ func TestHorizonJudge(t *testing.T) {
 		{"clock behind the high-water mark within tolerance", h, t0, t0.Add(time.Hour), t0.Add(time.Hour + 4*time.Minute), verdictSend, ""},
 		{"clock ran backwards", h, t0, t0.Add(-48 * time.Hour), t0.Add(time.Hour), verdictHold, "before the latest time seen"},
 		{"clock ran backwards past a horizon it would hide", h, t0, t0.Add(time.Hour), t0.Add(30 * time.Hour), verdictHold, "clock reads"},
+		{"first sent later than the clock reads, within tolerance", h, t0.Add(4 * time.Minute), t0, time.Time{}, verdictSend, ""},
+		{"first sent by a clock that read ahead", h, t0.Add(time.Hour), t0, t0, verdictExpire, "after the clock's reading 2026-12-01T12:00:00Z"},
 		{"max age not reached", aged, time.Time{}, created.Add(time.Hour), time.Time{}, verdictSend, ""},
 		{"max age reached without a send", aged, time.Time{}, created.Add(2 * time.Hour), time.Time{}, verdictExpire, "older than the max age 2h0m0s"},
 	}
@@ -76,5 +78,25 @@ func TestHorizonFitsBefore(t *testing.T) {
 	for _, tt := range tests {
 		got, reason := h.fitsBefore(tt.r, tt.next)
 		assert.Equal(t, tt.want, got, "%s: %s", tt.name, reason)
+	}
+}
+
+func TestAdvanceMark(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name      string
+		mark, now time.Time
+		want      time.Time
+	}{
+		{"new file: the first reading", time.Time{}, t0, t0},
+		{"later", t0, t0.Add(time.Hour), t0.Add(time.Hour)},
+		{"earlier: the mark stays", t0, t0.Add(-time.Hour), t0},
+		{"a step ahead", t0, t0.Add(MaxClockStep), t0.Add(MaxClockStep)},
+		{"a year ahead: one step", t0, t0.Add(365 * 24 * time.Hour), t0.Add(MaxClockStep)},
+	}
+	for _, tt := range tests {
+		if got := advanceMark(tt.mark, tt.now); !got.Equal(tt.want) {
+			t.Errorf("%s: advanceMark(%v, %v) = %v, want %v", tt.name, tt.mark, tt.now, got, tt.want)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"reflect"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -83,7 +85,10 @@ type Options struct {
 	// DefaultClockTolerance.
 	ClockTolerance time.Duration
 	// Notify, if not nil, is called for every Event, from the drainer's
-	// goroutines, with no lock held. It must not block for long.
+	// goroutines (from Wake's and ResetClock's callers for the events they
+	// cause), with no lock held. It must not block for long. It may call
+	// Close, which then returns at once instead of waiting for the drainer
+	// running Notify (see Close).
 	Notify func(Event)
 
 	// Seams for tests: nil means the real clock, math/rand/v2, os.OpenFile.
@@ -157,6 +162,7 @@ func (o Options) withDefaults() (Options, error) {
 // concurrent use.
 type Queue struct {
 	db   *bolt.DB
+	lock *os.File // the lock file, locked until Close (see lockSuffix)
 	path string
 	opts Options
 	h    horizon
@@ -168,6 +174,12 @@ type Queue struct {
 	// life is held for reading by every operation on the file and for
 	// writing by Close, so that Close waits for them.
 	life sync.RWMutex
+
+	// notifying counts the Notify calls under way, for Close to tell
+	// whether it may be running inside one.
+	notifying atomic.Int32
+	// shut is closed once Close has closed the file.
+	shut chan struct{}
 
 	mu       sync.Mutex // guards the fields below
 	idx      index
@@ -183,32 +195,50 @@ type Queue struct {
 	closed   bool
 	kick     chan struct{} // wakes the drainer; buffered, never closed
 	draining sync.WaitGroup
+	damaged  []*Record // quarantined by Open, for Run to report
 }
 
 // Open opens the queue file at path, creating it (mode 0600) if it does not
-// exist. A file another process holds gives ErrLocked after
-// Options.LockTimeout; a damaged file gives ErrDamaged and is left as it is.
-// Records left in flight by a crash return to pending: their next attempt
-// presents the same key, so a server that saw the first one answers from its
-// store. A file mostly of free space is compacted.
+// exist, and locks it for the Queue's life through a lock file beside it,
+// path + ".lock", which stays there. A file another Queue holds, in this
+// process or another, gives ErrLocked after Options.LockTimeout; a damaged
+// file gives ErrDamaged and is left as it is. Records left in flight by a
+// crash return to pending: their next attempt presents the same key, so a
+// server that saw the first one answers from its store. A file mostly of
+// free space is compacted.
 func Open(path string, opts Options) (*Queue, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	_ = os.Remove(path + compactSuffix) // a compaction a crash interrupted
+	lf, err := lock(path, o)
+	if err != nil {
+		return nil, err
+	}
+	q, err := openLocked(path, o, lf)
+	if err != nil {
+		lf.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// openLocked is Open once the lock file lf is locked.
+func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
+	removeCompactions(path)
 	db, err := openDB(path, o)
 	if err != nil {
 		return nil, err
 	}
 	q := &Queue{
-		db: db, path: path, opts: o,
+		db: db, lock: lf, path: path, opts: o,
 		h: horizon{
 			retention: o.Retention, margin: o.Margin, maxAge: o.MaxAge,
 			attemptTimeout: o.AttemptTimeout, clockTolerance: o.ClockTolerance,
 		},
 		waiters: map[ID][]chan *Record{},
 		kick:    make(chan struct{}, 1),
+		shut:    make(chan struct{}),
 	}
 	if err := q.recover(); err != nil {
 		db.Close()
@@ -259,11 +289,21 @@ func openDB(path string, o Options) (db *bolt.DB, err error) {
 const batchDelay = time.Millisecond
 
 // Close stops Run, waits for the attempts under way to be recorded, then
-// closes the file. Later calls return ErrClosed.
+// closes the file. Later calls wait for that, then return ErrClosed.
+//
+// Called from Options.Notify, which runs on a drainer goroutine that Close
+// would wait for, Close does not wait: it stops Run and returns nil at once,
+// and the file is closed as soon as the drainers, the one running Notify
+// included, are done; the attempts under way are still recorded. A failure
+// to close the file is then reported as an EventError. A Notify that hands
+// Close to another goroutine must not wait for it.
 func (q *Queue) Close() error {
 	q.mu.Lock()
 	if q.closing {
 		q.mu.Unlock()
+		if !q.inNotify() {
+			<-q.shut
+		}
 		return ErrClosed
 	}
 	q.closing = true
@@ -273,6 +313,21 @@ func (q *Queue) Close() error {
 		stop() // ends attempts under way; their results are still committed
 	}
 	q.poke()
+	if q.inNotify() {
+		go func() {
+			if err := q.finishClose(); err != nil {
+				q.notify(Event{Kind: EventError, Err: err})
+			}
+		}()
+		return nil
+	}
+	return q.finishClose()
+}
+
+// finishClose is the end of Close: it waits for the drainers, wakes the
+// waiters and closes the file.
+func (q *Queue) finishClose() error {
+	defer close(q.shut)
 	q.draining.Wait()
 
 	q.mu.Lock()
@@ -286,7 +341,41 @@ func (q *Queue) Close() error {
 	q.mu.Unlock()
 	q.life.Lock()
 	defer q.life.Unlock()
-	return q.db.Close()
+	err := q.db.Close()
+	q.lock.Close() // after the file: the next opener may have it
+	return err
+}
+
+// inNotify reports whether the calling goroutine is inside this queue's
+// Options.Notify. Go has no goroutine identity to ask, so it looks for
+// notify among the caller's frames, once it knows a Notify call is under
+// way. A goroutine inside another queue's Notify while this one's runs
+// elsewhere is taken for a Notify caller too: its Close then returns
+// before the file is closed, which is safe, if early.
+func (q *Queue) inNotify() bool {
+	if q.notifying.Load() == 0 {
+		return false
+	}
+	name := runtime.FuncForPC(reflect.ValueOf((*Queue).notify).Pointer()).Name()
+	pcs := make([]uintptr, 64)
+	for {
+		n := runtime.Callers(2, pcs)
+		if n < len(pcs) {
+			pcs = pcs[:n]
+			break
+		}
+		pcs = make([]uintptr, 2*len(pcs))
+	}
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if f.Function == name {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // Path returns the file's path.

@@ -81,7 +81,8 @@ func (q *Queue) Counts() (map[State]int, error) {
 }
 
 // Wait returns record id once it is settled (done, failed or expired), or
-// ctx's error. It returns at once for a settled record.
+// ctx's error. It returns at once for a settled record, ErrDiscarded if the
+// record is discarded while it waits, and ErrClosed if the queue closes.
 func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 	ch := make(chan *Record, 1)
 	q.mu.Lock()
@@ -102,8 +103,11 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 	}
 	select {
 	case r, ok := <-ch:
-		if !ok {
+		switch {
+		case !ok:
 			return nil, ErrClosed
+		case r == nil: // see discarded
+			return nil, fmt.Errorf("%w: %d", ErrDiscarded, id)
 		}
 		return r, nil
 	case <-ctx.Done():
@@ -131,7 +135,8 @@ func (q *Queue) unwait(id ID, ch chan *Record) {
 // Discard removes record id: an operator's decision that it will not be
 // sent (pending) or need not be kept (settled). A record in flight gives
 // ErrInFlight. Discarding a pending record that was sent before leaves its
-// outcome unknown: that is the operator's to reconcile.
+// outcome unknown: that is the operator's to reconcile. A Wait for the
+// record returns ErrDiscarded.
 func (q *Queue) Discard(id ID) error {
 	var (
 		r    *Record
@@ -162,11 +167,21 @@ func (q *Queue) Discard(id ID) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.idx.removed(r, size)
-	if l := q.idx.lanes[r.Intent.Lane()]; l != nil && len(l.ids) == 0 && !l.busy {
+	if l := q.idx.lanes[r.lane()]; l != nil && len(l.ids) == 0 && !l.busy {
 		q.ready.remove(l)
 		delete(q.idx.lanes, l.name)
 	}
+	q.discarded(id)
 	return nil
+}
+
+// discarded wakes the waiters of record id, which Discard removed: each gets
+// a nil record, which Wait turns into ErrDiscarded. Queue.mu is held.
+func (q *Queue) discarded(id ID) {
+	for _, w := range q.waiters[id] {
+		w <- nil // buffered, and each waiter is sent to once: it is out of the map
+	}
+	delete(q.waiters, id)
 }
 
 // Resubmit queues an expired or failed record again as a new intent with a
@@ -216,6 +231,8 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 // resubmittable says why r cannot be resubmitted, if it cannot.
 func resubmittable(r *Record) error {
 	switch {
+	case r.Damaged:
+		return fmt.Errorf("%w: %d was found damaged: what it held cannot be trusted", ErrNotResubmittable, r.ID)
 	case r.State != Expired && r.State != Failed:
 		return fmt.Errorf("%w: %d is %s, not expired or failed", ErrNotResubmittable, r.ID, r.State)
 	case r.ResubmittedAs != 0:

@@ -32,7 +32,9 @@ const (
 	// Done records were applied (Outcome Applied or AlreadyApplied).
 	Done
 	// Failed records were refused by the server, or ran out of attempts; the
-	// Outcome is NotApplied, or Unknown after an ambiguous attempt.
+	// Outcome is NotApplied, or Unknown after an ambiguous attempt. A record
+	// found damaged is failed too, with Outcome Unknown (see
+	// Record.Damaged).
 	Failed
 	// Expired records were not sent again because the server may have
 	// forgotten their key (the horizon) or the intent grew too old. The
@@ -81,7 +83,8 @@ type Response struct {
 type Record struct {
 	// ID is the record's identifier.
 	ID ID
-	// Intent is the operation, with its key.
+	// Intent is the operation, with its key. It is nil only for a damaged
+	// record whose intent could not be recovered (see Damaged).
 	Intent *idem.Intent
 	// State is where the record is.
 	State State
@@ -114,6 +117,15 @@ type Record struct {
 	// ResubmittedAs is the record an operator resubmitted this one as; 0 if
 	// none.
 	ResubmittedAs ID
+	// Damaged reports that the stored record was found damaged, by Open or
+	// by the drainer when it came to the head of its lane, and quarantined:
+	// State is Failed, Outcome Unknown (whether it was sent cannot be
+	// told), Reason starts with "damaged: " and says what was wrong,
+	// SettledAt is when it was quarantined. Of what it held only ID is
+	// kept, and Intent if the intent's own checksum shows it intact; the
+	// rest is zero. It is never sent again nor resubmitted; Discard removes
+	// it.
+	Damaged bool
 
 	// leaseSetFirstSent reports that the current lease set FirstSentAt, so
 	// a never-sent result may clear it again.
@@ -147,11 +159,16 @@ const (
 	flagReauthorized
 	flagHasResult
 	flagTruncated
+	// flagDamaged marks a quarantined record (Record.Damaged); its
+	// intent field is empty when the intent could not be recovered, and
+	// its lane then empty too. Added to version 1 before any release: no
+	// file written without it exists.
+	flagDamaged
 )
 
 // encode returns the binary form of r: versioned and sealed with a CRC-32C.
 func (r *Record) encode() ([]byte, error) {
-	if r.intentBytes == nil {
+	if r.intentBytes == nil && r.Intent != nil {
 		b, err := r.Intent.MarshalBinary()
 		if err != nil {
 			return nil, err
@@ -165,7 +182,7 @@ func (r *Record) encode() ([]byte, error) {
 	}{
 		{r.Ambiguous, flagAmbiguous}, {r.leaseSetFirstSent, flagLeaseSetFirstSent},
 		{r.reauthorized, flagReauthorized}, {r.Result != nil, flagHasResult},
-		{r.Result != nil && r.Result.Truncated, flagTruncated},
+		{r.Result != nil && r.Result.Truncated, flagTruncated}, {r.Damaged, flagDamaged},
 	} {
 		if f.on {
 			flags |= f.bit
@@ -175,7 +192,7 @@ func (r *Record) encode() ([]byte, error) {
 	b = append(b, recordMagic...)
 	b = append(b, recordVersion, byte(r.State))
 	b = binary.BigEndian.AppendUint64(b, uint64(binenc.Nanos(r.SettledAt)))
-	b = binenc.Append(b, r.Intent.Lane())
+	b = binenc.Append(b, r.lane())
 	b = binary.AppendUvarint(b, uint64(r.ID))
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(r.Outcome))
@@ -230,13 +247,44 @@ func decodeRecord(data []byte) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
-	r := &Record{State: State(data[stateOffset])}
+	r, lane, err := decodeFields(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+	}
 	if !validState(r.State) {
 		return nil, fmt.Errorf("%w: unknown state %d", errCorrupt, r.State)
 	}
-	r.SettledAt = binenc.FromNanos(int64(binary.BigEndian.Uint64(data[settledOffset:])))
+	if r.State.Settled() == r.SettledAt.IsZero() {
+		return nil, fmt.Errorf("%w: state %s with settled time %v", errCorrupt, r.State, r.SettledAt)
+	}
+	if r.Damaged && !r.State.Settled() { // quarantined records are never sent
+		return nil, fmt.Errorf("%w: damaged record in state %s", errCorrupt, r.State)
+	}
+	if r.Damaged && len(r.intentBytes) == 0 {
+		if lane != "" {
+			return nil, fmt.Errorf("%w: damaged record without intent in lane %q", errCorrupt, lane)
+		}
+		return r, nil
+	}
+	in := new(idem.Intent)
+	if err := in.UnmarshalBinary(r.intentBytes); err != nil {
+		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+	}
+	if in.Lane() != lane {
+		return nil, fmt.Errorf("%w: lane %q in the header, %q in the intent", errCorrupt, lane, in.Lane())
+	}
+	r.Intent = in
+	return r, nil
+}
+
+// decodeFields parses the fields of body, a record without its seal, and
+// returns the lane its header names. It checks the encoding, not the values:
+// r.Intent is unset, r.intentBytes holds the intent's encoding.
+func decodeFields(body []byte) (r *Record, lane string, err error) {
+	r = &Record{State: State(body[stateOffset])}
+	r.SettledAt = binenc.FromNanos(int64(binary.BigEndian.Uint64(body[settledOffset:])))
 	d := binenc.Decoder{B: body[laneOffset:]}
-	lane := d.String("lane")
+	lane = d.String("lane")
 	r.ID = ID(d.Uvarint(math.MaxUint64, "ID"))
 	flags := d.Uvarint(math.MaxUint64, "flags")
 	r.Outcome = idem.Outcome(d.Uvarint(uint64(idem.NotApplied), "outcome"))
@@ -250,6 +298,7 @@ func decodeRecord(data []byte) (*Record, error) {
 	r.Ambiguous = flags&flagAmbiguous != 0
 	r.leaseSetFirstSent = flags&flagLeaseSetFirstSent != 0
 	r.reauthorized = flags&flagReauthorized != 0
+	r.Damaged = flags&flagDamaged != 0
 	if flags&flagHasResult != 0 {
 		res := &Response{Status: int(d.Uvarint(999, "result status")), Truncated: flags&flagTruncated != 0}
 		for _, f := range d.Headers() {
@@ -263,39 +312,53 @@ func decodeRecord(data []byte) (*Record, error) {
 	}
 	r.intentBytes = d.Bytes("intent")
 	if err := d.End(); err != nil {
-		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+		return nil, "", err
 	}
-	in := new(idem.Intent)
-	if err := in.UnmarshalBinary(r.intentBytes); err != nil {
-		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
-	}
-	if in.Lane() != lane {
-		return nil, fmt.Errorf("%w: lane %q in the header, %q in the intent", errCorrupt, lane, in.Lane())
-	}
-	if r.State.Settled() == r.SettledAt.IsZero() {
-		return nil, fmt.Errorf("%w: state %s with settled time %v", errCorrupt, r.State, r.SettledAt)
-	}
-	r.Intent = in
-	return r, nil
+	return r, lane, nil
 }
 
-// peek reads the fixed header of an encoded record: its state, the
-// nanoseconds of SettledAt, and its lane. It does not check the checksum;
-// decodeRecord does, when the record is read.
-func peek(data []byte) (State, int64, string, error) {
-	if len(data) < laneOffset+1 || string(data[:len(recordMagic)]) != recordMagic || data[len(recordMagic)] != recordVersion {
-		return 0, 0, "", fmt.Errorf("%w: not a queue record of version %d", errCorrupt, recordVersion)
+// lane returns the name of r's lane; "" for a damaged record without intent.
+func (r *Record) lane() string {
+	if r.Intent == nil {
+		return ""
 	}
-	s := State(data[stateOffset])
+	return r.Intent.Lane()
+}
+
+// checkRecord verifies data, the stored bytes of record id, as Open does for
+// every record: the checksum, the version, and the header fields Open's
+// scan uses. It returns the state, the nanoseconds of SettledAt and the
+// lane. It costs a CRC and no allocation but the lane's; decodeRecord checks
+// the rest when the record is read.
+func checkRecord(data []byte, id ID) (State, int64, string, error) {
+	if len(data) < laneOffset+1+4 || string(data[:len(recordMagic)]) != recordMagic {
+		return 0, 0, "", fmt.Errorf("%w: not a queue record", errCorrupt)
+	}
+	if v := data[len(recordMagic)]; v != recordVersion {
+		return 0, 0, "", fmt.Errorf("%w: unknown record version %d (this build reads %d)", errCorrupt, v, recordVersion)
+	}
+	body, err := binenc.Unseal(data)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("%w: %v", errCorrupt, err)
+	}
+	s := State(body[stateOffset])
 	if !validState(s) {
 		return 0, 0, "", fmt.Errorf("%w: unknown state %d", errCorrupt, s)
 	}
-	d := binenc.Decoder{B: data[laneOffset:]}
-	lane := d.String("lane")
-	if d.Err != nil {
-		return 0, 0, "", fmt.Errorf("%w: %v", errCorrupt, d.Err)
+	settledAt := int64(binary.BigEndian.Uint64(body[settledOffset:]))
+	if s.Settled() == (settledAt == 0) {
+		return 0, 0, "", fmt.Errorf("%w: state %s with settled time %d", errCorrupt, s, settledAt)
 	}
-	return s, int64(binary.BigEndian.Uint64(data[settledOffset:])), lane, nil
+	d := binenc.Decoder{B: body[laneOffset:]}
+	lane := d.String("lane")
+	got := ID(d.Uvarint(math.MaxUint64, "ID"))
+	switch {
+	case d.Err != nil:
+		return 0, 0, "", fmt.Errorf("%w: %v", errCorrupt, d.Err)
+	case got != id:
+		return 0, 0, "", fmt.Errorf("%w: holds ID %d", errCorrupt, got)
+	}
+	return s, settledAt, lane, nil
 }
 
 func validState(s State) bool { return s >= Pending && s <= Expired }

@@ -54,6 +54,25 @@ func TestRecordRoundTripMinimal(t *testing.T) {
 	assert.Equal(t, byte(Pending), data[stateOffset], "the state byte sits at stateOffset")
 }
 
+// TestRecordRoundTripDamaged: a quarantined record keeps its mark, and
+// keeps no intent when none could be recovered.
+func TestRecordRoundTripDamaged(t *testing.T) {
+	r := &Record{ID: 9, State: Failed, Outcome: idem.Unknown, Damaged: true, Reason: "damaged: checksum mismatch", SettledAt: time.Unix(1_800_000_000, 0)}
+	data, err := r.encode()
+	require.NoError(t, err)
+	got, err := decodeRecord(data)
+	require.NoError(t, err)
+	assert.Equal(t, fzRecordFields(r), fzRecordFields(got))
+	assert.Nil(t, got.Intent)
+	assert.True(t, got.Damaged)
+
+	r.State, r.SettledAt = Pending, time.Time{}
+	data, err = r.encode()
+	require.NoError(t, err)
+	_, err = decodeRecord(data)
+	assert.ErrorContains(t, err, "damaged record in state pending", "a quarantined record is never pending")
+}
+
 func TestDecodeRecordRejects(t *testing.T) {
 	good, err := sampleRecord(t).encode()
 	require.NoError(t, err)

@@ -137,10 +137,14 @@ func (b buckets) replace(r *Record, want State) (oldSize, newSize int, ok bool, 
 	return oldSize, newSize, err == nil, err
 }
 
-// remove deletes r and its key.
+// remove deletes r and its key. A damaged record without intent leaves its
+// key's entry, if it had one, pointing nowhere, which sameKey takes as free.
 func (b buckets) remove(r *Record) error {
 	if err := b.records.Delete(idKey(r.ID)); err != nil {
 		return err
+	}
+	if r.Intent == nil {
+		return nil
 	}
 	if k := r.Intent.Key(); r.Intent.KeySupplied() {
 		if v := b.keys.Get([]byte(k)); bytes.Equal(v, idKey(r.ID)) {
@@ -197,7 +201,7 @@ func (x *index) moved(r *Record, old State, oldSize, newSize int) {
 	switch {
 	case r.State.Settled() && !old.Settled():
 		x.active -= int64(oldSize)
-		if l := x.lanes[r.Intent.Lane()]; l != nil {
+		if l := x.lanes[r.lane()]; l != nil {
 			l.drop(r.ID)
 		}
 		x.addSettled(settledEntry{binenc.Nanos(r.SettledAt), r.ID})
@@ -217,7 +221,7 @@ func (x *index) removed(r *Record, size int) {
 		return
 	}
 	x.active -= int64(size)
-	if l := x.lanes[r.Intent.Lane()]; l != nil {
+	if l := x.lanes[r.lane()]; l != nil {
 		l.drop(r.ID)
 	}
 }
@@ -251,10 +255,11 @@ func cmpSettled(a, b settledEntry) int {
 }
 
 // recover prepares a freshly opened file: it checks the layout, rebuilds the
-// index by one scan of the records, returns records left in flight by a crash
-// to pending, and removes settled records past their retention. A panic inside
-// bbolt, which a damaged page can cause, becomes ErrDamaged; the transaction
-// then never commits, so the file is left as it was.
+// index by one scan of the records, quarantines damaged records, returns
+// records left in flight by a crash to pending, and removes settled records
+// past their retention. A panic inside bbolt, which a damaged page can cause,
+// becomes ErrDamaged; the transaction then never commits, so the file is left
+// as it was.
 func (q *Queue) recover() (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -262,6 +267,7 @@ func (q *Queue) recover() (err error) {
 			err = fmt.Errorf("%w: %s: %v", ErrDamaged, q.path, p)
 		}
 	}()
+	now := q.opts.now()
 	err = q.db.Update(func(tx *bolt.Tx) error {
 		q.idx = index{lanes: map[string]*lane{}}
 		b, err := open(tx)
@@ -281,12 +287,11 @@ func (q *Queue) recover() (err error) {
 			return fmt.Errorf("%w: %s has layout version %d, this build reads %d", ErrDamaged, q.path, v, schemaVersion)
 		}
 		q.hwm = binenc.FromNanos(int64(getUint(b.meta, metaHWM)))
-		return q.scan(b)
+		return q.scan(b, now)
 	})
 	if err != nil {
 		return err
 	}
-	now := q.opts.now()
 	for _, l := range q.idx.lanes {
 		l.nextAt = now
 		q.ready.push(l)
@@ -295,19 +300,27 @@ func (q *Queue) recover() (err error) {
 	return err
 }
 
-// scan rebuilds the index from the records and returns in-flight ones to
-// pending (see orphaned).
-func (q *Queue) scan(b buckets) error {
-	var stale []ID
+// scan rebuilds the index from the records, checking each (checkRecord).
+// A record that fails is quarantined (see quarantined): settled as failed,
+// which takes it out of its lane, and kept in q.damaged for Run to
+// report. In-flight records return to pending (see orphaned).
+func (q *Queue) scan(b buckets, now time.Time) error {
+	var stale, damaged []*Record
+	q.damaged = nil
 	c := b.records.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if len(k) != 8 {
 			return fmt.Errorf("%w: bad record key %x", ErrDamaged, k)
 		}
 		id := ID(binary.BigEndian.Uint64(k))
-		s, settledAt, laneName, err := peek(v)
+		s, settledAt, laneName, err := checkRecord(v, id)
+		var r *Record
+		if err == nil && s == InFlight {
+			r, err = decodeRecord(v) // to return it to pending
+		}
 		if err != nil {
-			return fmt.Errorf("%w: record %d: %v", ErrDamaged, id, err)
+			damaged = append(damaged, quarantined(id, v, err, now))
+			continue
 		}
 		q.idx.counts[s]++
 		if s.Settled() {
@@ -317,16 +330,22 @@ func (q *Queue) scan(b buckets) error {
 		q.idx.active += int64(len(v))
 		l := q.idx.lane(laneName)
 		l.ids = append(l.ids, id) // the cursor goes in ID order
-		if s == InFlight {
-			stale = append(stale, id)
+		if r != nil {
+			stale = append(stale, r)
 		}
 	}
-	slices.SortFunc(q.idx.settled, cmpSettled)
-	for _, id := range stale {
-		r, _, err := b.get(id)
-		if err != nil {
+	// Written after the scan: a cursor does not survive writes to its
+	// bucket.
+	for _, r := range damaged {
+		if _, err := b.put(r); err != nil {
 			return err
 		}
+		q.idx.counts[r.State]++
+		q.idx.settled = append(q.idx.settled, settledEntry{binenc.Nanos(r.SettledAt), r.ID})
+	}
+	q.damaged = damaged
+	slices.SortFunc(q.idx.settled, cmpSettled)
+	for _, r := range stale {
 		orphaned(r)
 		oldSize, newSize, _, err := b.replace(r, InFlight)
 		if err != nil {
@@ -340,8 +359,12 @@ func (q *Queue) scan(b buckets) error {
 // saveHWM persists the clock's high-water mark when it has moved on by
 // hwmStep, or by half of ClockTolerance if that is less: a coarse mark is
 // enough against a clock that is wrong by more than ClockTolerance, and it
-// keeps most leases to one page.
-func (q *Queue) saveHWM(b buckets, hwm time.Time) error {
+// keeps most leases to one page. It reads the mark inside the transaction,
+// so that a commit never stores a mark ResetClock replaced meanwhile.
+func (q *Queue) saveHWM(b buckets) error {
+	q.mu.Lock()
+	hwm := q.hwm
+	q.mu.Unlock()
 	if hwm.Sub(binenc.FromNanos(int64(getUint(b.meta, metaHWM)))) < min(hwmStep, q.opts.ClockTolerance/2) {
 		return nil
 	}

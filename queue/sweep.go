@@ -3,6 +3,8 @@ package queue
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem/internal/binenc"
@@ -17,7 +19,8 @@ const sweepEvery = time.Minute
 // large backlog does not hold the writer for long.
 const sweepBatch = 1000
 
-// compactSuffix names the temporary file a compaction writes.
+// compactSuffix starts the name, after the queue file's, of the temporary
+// file a compaction writes; a random part follows.
 const compactSuffix = ".compact"
 
 // Compaction thresholds: a file over compactMinSize whose free pages are
@@ -110,9 +113,15 @@ func (q *Queue) maybeCompact() error {
 }
 
 func (q *Queue) compact() error {
-	tmp := q.path + compactSuffix
+	f, err := os.CreateTemp(filepath.Dir(q.path), filepath.Base(q.path)+compactSuffix+"-*")
+	if err != nil {
+		return fmt.Errorf("queue: compact: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
 	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{OpenFile: q.opts.openFile})
 	if err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("queue: compact: %w", err)
 	}
 	if err := bolt.Compact(dst, q.db, 16<<20); err != nil {
@@ -125,8 +134,11 @@ func (q *Queue) compact() error {
 		return fmt.Errorf("queue: compact: %w", err)
 	}
 	if err := q.db.Close(); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("queue: compact: %w", err)
 	}
+	// bbolt's lock on the file is let go until openDB: the lock file keeps
+	// other openers out meanwhile.
 	if err := os.Rename(tmp, q.path); err != nil {
 		os.Remove(tmp)
 		db, oerr := openDB(q.path, q.opts)
@@ -143,4 +155,21 @@ func (q *Queue) compact() error {
 	}
 	q.db = db
 	return nil
+}
+
+// removeCompactions removes the temporary files of compactions a crash
+// interrupted. Open calls it holding the lock file, and every compaction
+// runs under that lock, so none of them is another opener's work in
+// progress.
+func removeCompactions(path string) {
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return
+	}
+	prefix := filepath.Base(path) + compactSuffix
+	for _, e := range entries {
+		if name := e.Name(); strings.HasPrefix(name, prefix) && !e.IsDir() {
+			os.Remove(filepath.Join(filepath.Dir(path), name))
+		}
+	}
 }

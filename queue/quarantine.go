@@ -1,0 +1,98 @@
+package queue
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem"
+)
+
+// A damaged record, one whose stored bytes do not decode, would stop its
+// lane: the drainer can neither send it nor skip it without a trace. So it is
+// quarantined: stored again as a failed record, outcome unknown, marked
+// Damaged, and reported with EventSettled. Open checks every record's
+// checksum and header (checkRecord); the drainer quarantines a head that
+// does not decode all the same, damaged since Open or past the checksum.
+
+// quarantined returns what is stored in place of data, the bytes of record id
+// that failed to decode with err: a failed record, outcome unknown, that
+// keeps nothing of data but an intact intent.
+func quarantined(id ID, data []byte, err error, now time.Time) *Record {
+	what := strings.TrimPrefix(err.Error(), errCorrupt.Error()+": ")
+	return &Record{
+		ID: id, State: Failed, Outcome: idem.Unknown, Damaged: true, SettledAt: now,
+		Reason: "damaged: " + what, Intent: salvageIntent(data),
+	}
+}
+
+// salvageIntent returns the intent of data, a record that does not decode,
+// if its intent field can still be found and the intent's own checksum
+// shows it intact; nil otherwise.
+func salvageIntent(data []byte) *idem.Intent {
+	if len(data) < laneOffset+1+4 {
+		return nil
+	}
+	r, _, err := decodeFields(data[:len(data)-4])
+	if err != nil || len(r.intentBytes) == 0 {
+		return nil
+	}
+	in := new(idem.Intent)
+	if in.UnmarshalBinary(r.intentBytes) != nil {
+		return nil
+	}
+	return in
+}
+
+// quarantineHead quarantines record id, the head of the lane called name,
+// if it does not decode, and reports it. It returns false when there was
+// nothing to quarantine: the record is gone or decodes.
+func (q *Queue) quarantineHead(name string, id ID) (bool, error) {
+	var (
+		r    *Record
+		old  State
+		size int
+	)
+	err := q.guard(func() error {
+		return q.write(func(tx *bolt.Tx) error {
+			r = nil
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			v := b.records.Get(idKey(id))
+			if v == nil {
+				return nil
+			}
+			dr, err := decodeRecord(v)
+			switch {
+			case err == nil && dr.ID == id:
+				return nil
+			case err == nil:
+				err = fmt.Errorf("%w: holds ID %d", errCorrupt, dr.ID)
+			}
+			// The index counts the record under its last committed state,
+			// which its state byte still holds unless that is the damage.
+			old, size = Pending, len(v)
+			if len(v) > stateOffset && State(v[stateOffset]) == InFlight {
+				old = InFlight
+			}
+			r = quarantined(id, v, err, q.opts.now())
+			_, err = b.put(r)
+			return err
+		})
+	})
+	if err != nil || r == nil {
+		return false, err
+	}
+	q.mu.Lock()
+	q.idx.moved(r, old, size, 0)
+	if l := q.idx.lanes[name]; l != nil {
+		l.drop(id) // r.lane() is not name when the intent was lost
+	}
+	q.mu.Unlock()
+	q.settled(r)
+	return true, nil
+}
