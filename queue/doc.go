@@ -34,8 +34,9 @@
 // Stripe keeps keys at least 24 hours). A resend after that is a new
 // operation: a silent duplicate. Before every attempt the queue checks
 // now + AttemptTimeout against FirstSentAt + Retention - Margin, and a record
-// past it becomes expired, with Outcome Unknown if an attempt was ambiguous
-// (the operation may have happened) or NotApplied. Expired records are
+// past it becomes expired, with Outcome Unknown if an attempt left the
+// operation in doubt (an ambiguous attempt, a 409 under its key, a resend
+// by net/http: it may have happened) or NotApplied. Expired records are
 // surfaced (Notify, List, Wait), never sent again and never resent under a
 // new key unless an operator calls Resubmit. A record that never reached the
 // server has no such horizon; Options.MaxAge limits stale intents instead.
@@ -71,7 +72,11 @@
 // nobody saw its attempt end. When every recent attempt fails before
 // reaching the network the drainer treats the device as offline and probes
 // with a growing delay; call Wake when the application knows the network is
-// back. A 401 gets one more attempt with fresh credentials from
+// back. A request that cannot be sent as it is (idem.ErrInvalidRequest: a
+// TLS certificate that does not verify, a header net/http refuses) fails its
+// record at once, NotApplied unless in doubt, and counts neither way for
+// offline detection, so one lane's bad requests cannot flip the queue
+// offline while other lanes get through. A 401 gets one more attempt with fresh credentials from
 // Client.Authorize, then its lane is held (EventLaneHeld) until Wake, with
 // its records kept. Settled records are kept for Options.KeepSettled, then
 // removed; a file that is mostly free space is compacted at Open.

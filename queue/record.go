@@ -31,14 +31,17 @@ const (
 	InFlight
 	// Done records were applied (Outcome Applied or AlreadyApplied).
 	Done
-	// Failed records were refused by the server, or ran out of attempts; the
-	// Outcome is NotApplied, or Unknown after an ambiguous attempt. A record
+	// Failed records were refused by the server, could not be sent as they
+	// are (idem.ErrInvalidRequest), or ran out of attempts; the
+	// Outcome is NotApplied, or Unknown once an attempt left it in doubt
+	// (ambiguous, a keyed 409, a resend by net/http). A record
 	// found damaged is failed too, with Outcome Unknown (see
 	// Record.Damaged).
 	Failed
 	// Expired records were not sent again because the server may have
 	// forgotten their key (the horizon) or the intent grew too old. The
-	// Outcome is NotApplied, or Unknown after an ambiguous attempt.
+	// Outcome is NotApplied, or Unknown once an attempt left it in doubt
+	// (ambiguous, a keyed 409, a resend by net/http).
 	Expired
 )
 
@@ -89,7 +92,8 @@ type Record struct {
 	// State is where the record is.
 	State State
 	// Outcome is what is known of the operation once the record is settled:
-	// Applied, AlreadyApplied, NotApplied or Unknown. Unknown while pending.
+	// Applied, AlreadyApplied, NotApplied or Unknown. Until then it is
+	// idem.NoOutcome ("none yet"), never to be read as Unknown.
 	Outcome idem.Outcome
 	// Attempts counts the attempts leased so far.
 	Attempts int

@@ -167,3 +167,26 @@ func TestQueueOfflineDoesNotFlapOnLocalFailures(t *testing.T) {
 	assert.Zero(t, ev.count(EventOnline))
 	assert.Equal(t, n/2, s.TotalEffects())
 }
+
+// TestQueueRecordRedacted: a record stores its last error without the URL's
+// query, and a pending record has no outcome yet rather than Unknown.
+func TestQueueRecordRedacted(t *testing.T) {
+	q, _ := openTest(t, Options{Client: &idem.Client{}, RetryBase: time.Hour, RetryMax: time.Hour})
+	ctx := waitCtx(t)
+	id, err := q.Enqueue(ctx, post(t, "http://127.0.0.1:1/p?token=s3cret", 1))
+	require.NoError(t, err)
+	r, err := q.Get(id)
+	require.NoError(t, err)
+	assert.Equal(t, idem.NoOutcome, r.Outcome, "pending: no outcome yet")
+	assert.Equal(t, "none yet", r.Outcome.String())
+
+	run(t, q)
+	require.Eventually(t, func() bool {
+		r, err = q.Get(id)
+		return err == nil && r.Attempts > 0 && r.State == Pending
+	}, 5*time.Second, 5*time.Millisecond)
+	assert.NotEmpty(t, r.LastError)
+	assert.NotContains(t, r.LastError, "s3cret")
+	assert.NotContains(t, r.LastError, "token")
+	assert.Equal(t, idem.NoOutcome, r.Outcome)
+}
