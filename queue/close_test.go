@@ -19,37 +19,14 @@ import (
 // record recorded.
 func TestCloseFromNotify(t *testing.T) {
 	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, body string, seen int) { w.WriteHeader(http.StatusCreated) })
-	path := filepath.Join(t.TempDir(), "q.db")
-	var (
-		q      *Queue
-		once   sync.Once
-		closed = make(chan error, 1)
-	)
-	opts := Options{Client: &idem.Client{}, idle: 5 * time.Millisecond, Notify: func(e Event) {
-		if e.Kind == EventSettled {
-			once.Do(func() { closed <- q.Close() })
-		}
-	}}
-	q, err := Open(path, opts)
-	require.NoError(t, err)
+	q, path, closed := openClosingFromNotify(t)
 	ctx := waitCtx(t)
 	id, err := q.Enqueue(ctx, post(t, srv.URL, 1))
 	require.NoError(t, err)
 	stopped := make(chan error, 1)
 	go func() { stopped <- q.Run(ctx) }()
 
-	select {
-	case err := <-closed:
-		assert.NoError(t, err, "Close from Notify starts the shutdown")
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close called from Notify did not return")
-	}
-	select {
-	case err := <-stopped:
-		assert.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not stop after Close from Notify")
-	}
+	awaitClosedFromNotify(t, closed, stopped)
 	done := make(chan error, 1)
 	go func() { done <- q.Close() }()
 	select {
@@ -86,19 +63,7 @@ func TestCloseFromNotifyDuringAttempts(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	path := filepath.Join(t.TempDir(), "q.db")
-	var (
-		q      *Queue
-		once   sync.Once
-		closed = make(chan error, 1)
-	)
-	opts := Options{Client: &idem.Client{}, idle: 5 * time.Millisecond, Notify: func(e Event) {
-		if e.Kind == EventSettled {
-			once.Do(func() { closed <- q.Close() })
-		}
-	}}
-	q, err := Open(path, opts)
-	require.NoError(t, err)
+	q, path, closed := openClosingFromNotify(t)
 	ctx := waitCtx(t)
 	var ids []ID
 	for i, lane := range []string{"a", "b", "c"} {
@@ -108,18 +73,7 @@ func TestCloseFromNotifyDuringAttempts(t *testing.T) {
 	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- q.Run(ctx) }()
-	select {
-	case err := <-closed:
-		assert.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close called from Notify did not return")
-	}
-	select {
-	case err := <-stopped:
-		assert.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not stop after Close from Notify")
-	}
+	awaitClosedFromNotify(t, closed, stopped)
 	assert.ErrorIs(t, q.Close(), ErrClosed)
 
 	q = reopen(t, path, Options{})
@@ -132,5 +86,40 @@ func TestCloseFromNotifyDuringAttempts(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, Pending, r.State, "record %d", id)
 		assert.True(t, r.Ambiguous, "record %d: its attempt was sent and ended unanswered", id)
+	}
+}
+
+// openClosingFromNotify opens a queue whose Notify calls Close on the first
+// EventSettled and sends Close's result on closed.
+func openClosingFromNotify(t *testing.T) (q *Queue, path string, closed chan error) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "q.db")
+	var once sync.Once
+	closed = make(chan error, 1)
+	opts := Options{Client: &idem.Client{}, idle: 5 * time.Millisecond, Notify: func(e Event) {
+		if e.Kind == EventSettled {
+			once.Do(func() { closed <- q.Close() })
+		}
+	}}
+	q, err := Open(path, opts)
+	require.NoError(t, err)
+	return q, path, closed
+}
+
+// awaitClosedFromNotify waits for a Close called from Notify to return nil
+// and for Run to stop, failing the test if either hangs.
+func awaitClosedFromNotify(t *testing.T, closed, stopped <-chan error) {
+	t.Helper()
+	select {
+	case err := <-closed:
+		assert.NoError(t, err, "Close from Notify starts the shutdown")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close called from Notify did not return")
+	}
+	select {
+	case err := <-stopped:
+		assert.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop after Close from Notify")
 	}
 }
