@@ -13,26 +13,26 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 )
 
-// These tests run the Client against internal/testserver, a server side of
+// These tests run the Client against idemtest, a server side of
 // the Idempotency-Key protocol written from the draft, and count effects
 // there: the server, not the client, says whether an operation applied once.
 
 // firstTime injects f into the first request of each key.
-func firstTime(f testserver.Fault) func(*http.Request, string, int) testserver.Fault {
-	return func(_ *http.Request, _ string, seen int) testserver.Fault {
+func firstTime(f idemtest.Fault) func(*http.Request, string, int) idemtest.Fault {
+	return func(_ *http.Request, _ string, seen int) idemtest.Fault {
 		if seen == 0 {
 			return f
 		}
-		return testserver.FaultNone
+		return idemtest.FaultNone
 	}
 }
 
-func startServer(t *testing.T, opts testserver.Options) *testserver.Server {
+func startServer(t *testing.T, opts idemtest.Options) *idemtest.Server {
 	t.Helper()
-	s := testserver.New(opts)
+	s := idemtest.New(opts)
 	require.NoError(t, s.Start())
 	t.Cleanup(s.Close)
 	return s
@@ -40,7 +40,7 @@ func startServer(t *testing.T, opts testserver.Options) *testserver.Server {
 
 // fastClient retries quickly on the real clock; the test server's faults
 // take real time.
-func fastClient(t *testing.T, s *testserver.Server) *Client {
+func fastClient(t *testing.T, s *idemtest.Server) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = s.DialContext
 	t.Cleanup(tr.CloseIdleConnections)
@@ -52,21 +52,21 @@ func fastClient(t *testing.T, s *testserver.Server) *Client {
 
 func TestServerFaults(t *testing.T) {
 	tests := []struct {
-		fault    testserver.Fault
+		fault    idemtest.Fault
 		classes  []Class
 		replayed bool
 	}{
-		{testserver.FaultNone, []Class{ClassApplied}, false},
-		{testserver.FaultCommitThenDrop, []Class{ClassAmbiguous, ClassApplied}, true},
-		{testserver.FaultCloseBeforeRead, []Class{ClassAmbiguous, ClassApplied}, false},
-		{testserver.Fault500AfterEffect, []Class{ClassAmbiguous, ClassApplied}, true},
-		{testserver.Fault503, []Class{ClassAmbiguous, ClassApplied}, false},
-		{testserver.Fault429, []Class{ClassNotProcessed, ClassApplied}, false},
+		{idemtest.FaultNone, []Class{ClassApplied}, false},
+		{idemtest.FaultCommitThenDrop, []Class{ClassAmbiguous, ClassApplied}, true},
+		{idemtest.FaultCloseBeforeRead, []Class{ClassAmbiguous, ClassApplied}, false},
+		{idemtest.Fault500AfterEffect, []Class{ClassAmbiguous, ClassApplied}, true},
+		{idemtest.Fault503, []Class{ClassAmbiguous, ClassApplied}, false},
+		{idemtest.Fault429, []Class{ClassNotProcessed, ClassApplied}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault.String(), func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, testserver.Options{RequireKey: true, Faults: firstTime(tt.fault), RetryAfter: 10 * ms})
+			s := startServer(t, idemtest.Options{RequireKey: true, Faults: firstTime(tt.fault), RetryAfter: 10 * ms})
 			c := fastClient(t, s)
 			body := []byte(`{"payment":"` + tt.fault.String() + `"}`)
 			in := mustIntent(t, "POST", s.URL()+"/payments", string(body))
@@ -84,7 +84,7 @@ func TestServerFaults(t *testing.T) {
 }
 
 func TestServerDelayGives409ThenReplay(t *testing.T) {
-	s := startServer(t, testserver.Options{Faults: firstTime(testserver.FaultDelay), Delay: 300 * ms})
+	s := startServer(t, idemtest.Options{Faults: firstTime(idemtest.FaultDelay), Delay: 300 * ms})
 	c := fastClient(t, s)
 	c.Policy.AttemptTimeout = 50 * ms
 	c.Policy.MaxAttempts = 40
@@ -104,7 +104,7 @@ func TestServerDelayGives409ThenReplay(t *testing.T) {
 func TestServerRefusedDial(t *testing.T) {
 	var mu sync.Mutex
 	refusals := 2
-	s := startServer(t, testserver.Options{RefuseDial: func() bool {
+	s := startServer(t, idemtest.Options{RefuseDial: func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		refusals--
@@ -120,7 +120,7 @@ func TestServerRefusedDial(t *testing.T) {
 }
 
 func TestServerDown(t *testing.T) {
-	s := startServer(t, testserver.Options{})
+	s := startServer(t, idemtest.Options{})
 	s.SetDown(true)
 	c := fastClient(t, s)
 	in := mustIntent(t, "POST", s.URL()+"/payments", "x")
@@ -132,7 +132,7 @@ func TestServerDown(t *testing.T) {
 }
 
 func TestServerKeyReused(t *testing.T) {
-	s := startServer(t, testserver.Options{})
+	s := startServer(t, idemtest.Options{})
 	c := fastClient(t, s)
 	a := mustIntent(t, "POST", s.URL()+"/payments", `{"amount":1}`, WithKey("shared"))
 	b := mustIntent(t, "POST", s.URL()+"/payments", `{"amount":2}`, WithKey("shared"))
@@ -147,7 +147,7 @@ func TestServerKeyReused(t *testing.T) {
 }
 
 func TestServerKeyRequired(t *testing.T) {
-	s := startServer(t, testserver.Options{RequireKey: true})
+	s := startServer(t, idemtest.Options{RequireKey: true})
 	c := fastClient(t, s)
 	res, err := c.Do(context.Background(), mustIntent(t, "POST", s.URL()+"/payments", "x", WithoutKey()))
 	require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestServerKeyRequired(t *testing.T) {
 }
 
 func TestServerSFStringKey(t *testing.T) {
-	s := startServer(t, testserver.Options{SFStringOnly: true, Faults: firstTime(testserver.FaultCommitThenDrop)})
+	s := startServer(t, idemtest.Options{SFStringOnly: true, Faults: firstTime(idemtest.FaultCommitThenDrop)})
 	c := fastClient(t, s)
 	c.KeyFormat = KeySFString
 	in := mustIntent(t, "POST", s.URL()+"/payments", "x")
@@ -173,14 +173,14 @@ func TestServerSFStringKey(t *testing.T) {
 func TestServerDeleteAlreadyApplied(t *testing.T) {
 	var mu sync.Mutex
 	deleteFaulted := false
-	s := startServer(t, testserver.Options{Faults: func(r *http.Request, _ string, _ int) testserver.Fault {
+	s := startServer(t, idemtest.Options{Faults: func(r *http.Request, _ string, _ int) idemtest.Fault {
 		mu.Lock()
 		defer mu.Unlock()
 		if r.Method == "DELETE" && !deleteFaulted {
 			deleteFaulted = true
-			return testserver.FaultCommitThenDrop
+			return idemtest.FaultCommitThenDrop
 		}
-		return testserver.FaultNone
+		return idemtest.FaultNone
 	}})
 	c := fastClient(t, s)
 	put := mustIntent(t, "PUT", s.URL()+"/resources/r1", `{"v":1}`)
@@ -203,19 +203,19 @@ func TestServerDeleteAlreadyApplied(t *testing.T) {
 // server did: no duplicate ever, and no outcome that contradicts the server.
 func TestServerExactlyOnceUnderRandomFaults(t *testing.T) {
 	const n = 150
-	s := startServer(t, testserver.Options{
+	s := startServer(t, idemtest.Options{
 		RequireKey: true,
 		Delay:      150 * ms,
 		RetryAfter: 10 * ms,
-		Faults: testserver.RandomFaults(7, map[testserver.Fault]float64{
-			testserver.FaultCommitThenDrop:  0.10,
-			testserver.FaultCloseBeforeRead: 0.05,
-			testserver.FaultDelay:           0.05,
-			testserver.Fault503:             0.05,
-			testserver.Fault500AfterEffect:  0.05,
-			testserver.Fault429:             0.05,
+		Faults: idemtest.RandomFaults(7, map[idemtest.Fault]float64{
+			idemtest.FaultCommitThenDrop:  0.10,
+			idemtest.FaultCloseBeforeRead: 0.05,
+			idemtest.FaultDelay:           0.05,
+			idemtest.Fault503:             0.05,
+			idemtest.Fault500AfterEffect:  0.05,
+			idemtest.Fault429:             0.05,
 		}),
-		RefuseDial: testserver.RandomRefusals(7, 0.2),
+		RefuseDial: idemtest.RandomRefusals(7, 0.2),
 	})
 	c := fastClient(t, s)
 	c.Policy.AttemptTimeout = 50 * ms

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 )
 
 // These tests pin the outcome contract where a server or a setup could make
@@ -42,7 +42,7 @@ func TestKeyed409IsNeverNotApplied(t *testing.T) {
 	for _, tt := range ends {
 		t.Run(tt.name, func(t *testing.T) {
 			const hold = 400 * ms
-			s := startServer(t, testserver.Options{RequireKey: true, Delay: hold, Faults: firstTime(testserver.FaultDelay)})
+			s := startServer(t, idemtest.Options{RequireKey: true, Delay: hold, Faults: firstTime(idemtest.FaultDelay)})
 			key := DeriveKey("order-7", "charge")
 			body := `{"amount":100}`
 
@@ -211,7 +211,7 @@ func TestErrorsThatWaitingCannotCure(t *testing.T) {
 // cost fewer than 1.2 dials each: the budget stops retries after its reserve.
 func TestBudgetInTotalOutage(t *testing.T) {
 	const n = 200
-	s := startServer(t, testserver.Options{RefuseDial: func() bool { return true }})
+	s := startServer(t, idemtest.Options{RefuseDial: func() bool { return true }})
 	var dials atomic.Int64
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -243,16 +243,16 @@ func TestBudgetInTotalOutage(t *testing.T) {
 // intents at concurrency 16 never meet a refusal of the budget.
 func TestBudgetUnderRandomFaults(t *testing.T) {
 	const n, workers = 300, 16
-	s := startServer(t, testserver.Options{
+	s := startServer(t, idemtest.Options{
 		RequireKey: true,
-		Faults: testserver.RandomFaults(11, map[testserver.Fault]float64{
-			testserver.FaultCommitThenDrop:  0.06,
-			testserver.FaultCloseBeforeRead: 0.06,
-			testserver.Fault503:             0.05,
-			testserver.Fault500AfterEffect:  0.04,
-			testserver.Fault429:             0.04,
+		Faults: idemtest.RandomFaults(11, map[idemtest.Fault]float64{
+			idemtest.FaultCommitThenDrop:  0.06,
+			idemtest.FaultCloseBeforeRead: 0.06,
+			idemtest.Fault503:             0.05,
+			idemtest.Fault500AfterEffect:  0.04,
+			idemtest.Fault429:             0.04,
 		}),
-		RefuseDial: testserver.RandomRefusals(11, 0.25),
+		RefuseDial: idemtest.RandomRefusals(11, 0.25),
 	})
 	c := fastClient(t, s)
 	c.Policy = Policy{BaseDelay: ms, MaxDelay: 5 * ms, AttemptTimeout: time.Second}

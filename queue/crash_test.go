@@ -25,7 +25,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -86,7 +86,7 @@ func TestCrashKillRestart(t *testing.T) {
 		t.Skip("re-executes the test binary dozens of times")
 	}
 	start := time.Now()
-	srv := testserver.New(testserver.Options{
+	srv := idemtest.New(idemtest.Options{
 		RequireKey: true,
 		Faults:     crashFaults,
 		Delay:      100 * time.Millisecond,
@@ -203,24 +203,24 @@ func crashOneLine(out string) string { return strings.ReplaceAll(strings.TrimSpa
 // the claim so that a resend meets a 409. The choice depends on the key and
 // how often the server has seen it, not on timing, and stops after a few
 // requests so that every key settles.
-func crashFaults(_ *http.Request, key string, seen int) testserver.Fault {
+func crashFaults(_ *http.Request, key string, seen int) idemtest.Fault {
 	if seen >= 6 {
-		return testserver.FaultNone
+		return idemtest.FaultNone
 	}
 	h := fnv.New64a()
 	h.Write([]byte(key))
 	h.Write(binary.BigEndian.AppendUint64(nil, uint64(seen)))
 	switch x := h.Sum64() % 100; {
 	case x < 10:
-		return testserver.FaultCommitThenDrop
+		return idemtest.FaultCommitThenDrop
 	case x < 15:
-		return testserver.Fault503
+		return idemtest.Fault503
 	case x < 20:
-		return testserver.FaultCloseBeforeRead
+		return idemtest.FaultCloseBeforeRead
 	case x < 35:
-		return testserver.FaultDelay
+		return idemtest.FaultDelay
 	}
-	return testserver.FaultNone
+	return idemtest.FaultNone
 }
 
 // crashRun runs the child once and kills it as k says unless it exits

@@ -17,18 +17,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 )
 
-func startServer(t *testing.T, opts testserver.Options) *testserver.Server {
+func startServer(t *testing.T, opts idemtest.Options) *idemtest.Server {
 	t.Helper()
-	s := testserver.New(opts)
+	s := idemtest.New(opts)
 	require.NoError(t, s.Start())
 	t.Cleanup(s.Close)
 	return s
 }
 
-func clientFor(s *testserver.Server) *idem.Client {
+func clientFor(s *idemtest.Server) *idem.Client {
 	return &idem.Client{HTTPClient: s.Client()}
 }
 
@@ -38,13 +38,13 @@ func fast(c *idem.Client) Options {
 }
 
 func TestDrainExactlyOnce(t *testing.T) {
-	s := startServer(t, testserver.Options{
+	s := startServer(t, idemtest.Options{
 		RequireKey: true, Delay: 50 * time.Millisecond,
-		Faults: testserver.RandomFaults(3, map[testserver.Fault]float64{
-			testserver.FaultCommitThenDrop: 0.15, testserver.FaultCloseBeforeRead: 0.05,
-			testserver.Fault503: 0.05, testserver.Fault500AfterEffect: 0.05,
+		Faults: idemtest.RandomFaults(3, map[idemtest.Fault]float64{
+			idemtest.FaultCommitThenDrop: 0.15, idemtest.FaultCloseBeforeRead: 0.05,
+			idemtest.Fault503: 0.05, idemtest.Fault500AfterEffect: 0.05,
 		}),
-		RefuseDial: testserver.RandomRefusals(3, 0.1),
+		RefuseDial: idemtest.RandomRefusals(3, 0.1),
 	})
 	var ev events
 	opts := fast(clientFor(s))
@@ -177,7 +177,7 @@ func TestDrainLanes(t *testing.T) {
 
 func TestDrainOfflineThenWake(t *testing.T) {
 	clk := newClock()
-	s := startServer(t, testserver.Options{})
+	s := startServer(t, idemtest.Options{})
 	s.SetDown(true)
 	var ev events
 	q, _ := openTest(t, Options{now: clk.Now, Client: clientFor(s), Notify: ev.notify, Workers: 4})
@@ -218,7 +218,7 @@ func TestDrainOfflineThenWake(t *testing.T) {
 
 func TestDrainOfflineProbes(t *testing.T) {
 	clk := newClock()
-	s := startServer(t, testserver.Options{})
+	s := startServer(t, idemtest.Options{})
 	s.SetDown(true)
 	var ev events
 	q, _ := openTest(t, Options{now: clk.Now, Client: clientFor(s), Notify: ev.notify, Workers: 1})

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 )
 
 // These tests pin the queue's side of the outcome contract: the same
@@ -24,12 +24,12 @@ import (
 // request holding the key may still apply, and does.
 func TestQueueKeyed409IsUnknown(t *testing.T) {
 	const hold = 500 * time.Millisecond
-	s := startServer(t, testserver.Options{RequireKey: true, Delay: hold,
-		Faults: func(_ *http.Request, _ string, seen int) testserver.Fault {
+	s := startServer(t, idemtest.Options{RequireKey: true, Delay: hold,
+		Faults: func(_ *http.Request, _ string, seen int) idemtest.Fault {
 			if seen == 0 {
-				return testserver.FaultDelay
+				return idemtest.FaultDelay
 			}
-			return testserver.FaultNone
+			return idemtest.FaultNone
 		}})
 	key := idem.DeriveKey("order-9", "charge")
 	in := post(t, s.URL()+"/payments", 1, idem.WithKey(key))
@@ -134,7 +134,7 @@ func TestQueueInvalidRequestFails(t *testing.T) {
 func TestQueueOfflineDoesNotFlapOnLocalFailures(t *testing.T) {
 	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer tlsSrv.Close()
-	s := startServer(t, testserver.Options{RequireKey: true})
+	s := startServer(t, idemtest.Options{RequireKey: true})
 
 	var ev events
 	opts := fast(&idem.Client{HTTPClient: s.Client()})

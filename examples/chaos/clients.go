@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 )
 
 // sendFunc sends one payment and says what the client would tell its caller.
@@ -21,7 +21,7 @@ type clientKind struct {
 	name string
 	// send sends the payments to srv and returns what the client told its
 	// caller about each, in payment order.
-	send func(ctx context.Context, srv *testserver.Server, cfg config) ([]verdict, error)
+	send func(ctx context.Context, srv *idemtest.Server, cfg config) ([]verdict, error)
 	// idem marks idem's rows, which the last line sums and the exit code
 	// judges.
 	idem bool
@@ -39,8 +39,8 @@ func clientKinds() []clientKind {
 
 // eachPayment sends the payments one call each, cfg.workers at a time,
 // through the client build makes.
-func eachPayment(build func(*testserver.Server, config) sendFunc) func(context.Context, *testserver.Server, config) ([]verdict, error) {
-	return func(ctx context.Context, srv *testserver.Server, cfg config) ([]verdict, error) {
+func eachPayment(build func(*idemtest.Server, config) sendFunc) func(context.Context, *idemtest.Server, config) ([]verdict, error) {
+	return func(ctx context.Context, srv *idemtest.Server, cfg config) ([]verdict, error) {
 		send := build(srv, cfg)
 		verdicts := make([]verdict, cfg.n)
 		inParallel(cfg.n, cfg.workers, func(i int) {
@@ -75,7 +75,7 @@ const (
 	naiveBase     = idem.DefaultBaseDelay
 )
 
-func transport(srv *testserver.Server, cfg config) *http.Transport {
+func transport(srv *idemtest.Server, cfg config) *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = srv.DialContext // the server refuses some dials
 	tr.MaxIdleConnsPerHost = cfg.workers
@@ -83,7 +83,7 @@ func transport(srv *testserver.Server, cfg config) *http.Transport {
 }
 
 // noRetries sends once: what a plain http.Client does.
-func noRetries(srv *testserver.Server, cfg config) sendFunc {
+func noRetries(srv *idemtest.Server, cfg config) sendFunc {
 	hc := &http.Client{Transport: transport(srv, cfg), Timeout: cfg.timeout}
 	return func(ctx context.Context, url string, body []byte) verdict {
 		if ok, _ := post(ctx, hc, url, body); ok {
@@ -95,7 +95,7 @@ func noRetries(srv *testserver.Server, cfg config) sendFunc {
 
 // naiveRetries resends on any transport error, 5xx or 429, without a key:
 // the default of popular retry libraries.
-func naiveRetries(srv *testserver.Server, cfg config) sendFunc {
+func naiveRetries(srv *idemtest.Server, cfg config) sendFunc {
 	hc := &http.Client{Transport: transport(srv, cfg), Timeout: cfg.timeout}
 	return func(ctx context.Context, url string, body []byte) verdict {
 		for attempt := range naiveAttempts {
@@ -131,7 +131,7 @@ func post(ctx context.Context, hc *http.Client, url string, body []byte) (ok, re
 }
 
 // idemClient runs each payment as an idem intent with the default policy.
-func idemClient(srv *testserver.Server, cfg config) sendFunc {
+func idemClient(srv *idemtest.Server, cfg config) sendFunc {
 	c := &idem.Client{
 		HTTPClient: &http.Client{Transport: transport(srv, cfg)},
 		Policy:     idem.Policy{AttemptTimeout: cfg.timeout},

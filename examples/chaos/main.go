@@ -23,7 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 )
 
 func main() {
@@ -42,12 +42,12 @@ type config struct {
 
 // faultRate is the share of requests that meet one fault.
 type faultRate struct {
-	fault testserver.Fault
+	fault idemtest.Fault
 	rate  float64
 }
 
-func (c config) rates() map[testserver.Fault]float64 {
-	m := make(map[testserver.Fault]float64, len(c.faults))
+func (c config) rates() map[idemtest.Fault]float64 {
+	m := make(map[idemtest.Fault]float64, len(c.faults))
 	for _, f := range c.faults {
 		m[f.fault] = f.rate
 	}
@@ -65,17 +65,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.delay, "delay", 600*time.Millisecond, "how long a slow request holds the server")
 	fs.Float64Var(&c.refuse, "refuse", 0.10, "share of connections refused")
 	flags := []struct {
-		fault testserver.Fault
+		fault idemtest.Fault
 		name  string
 		def   float64
 		usage string
 	}{
-		{testserver.FaultCommitThenDrop, "drop", 0.08, "share of requests applied, then the connection dropped before the answer"},
-		{testserver.FaultCloseBeforeRead, "close", 0.04, "share of requests whose connection is closed before the server reads them"},
-		{testserver.FaultDelay, "slow", 0.03, "share of requests held -delay by the server, past the client's timeout"},
-		{testserver.Fault503, "e503", 0.05, "share of requests answered 503 before any effect"},
-		{testserver.Fault500AfterEffect, "e500", 0.03, "share of requests applied, then answered 500"},
-		{testserver.Fault429, "e429", 0.02, "share of requests answered 429 with Retry-After"},
+		{idemtest.FaultCommitThenDrop, "drop", 0.08, "share of requests applied, then the connection dropped before the answer"},
+		{idemtest.FaultCloseBeforeRead, "close", 0.04, "share of requests whose connection is closed before the server reads them"},
+		{idemtest.FaultDelay, "slow", 0.03, "share of requests held -delay by the server, past the client's timeout"},
+		{idemtest.Fault503, "e503", 0.05, "share of requests answered 503 before any effect"},
+		{idemtest.Fault500AfterEffect, "e500", 0.03, "share of requests applied, then answered 500"},
+		{idemtest.Fault429, "e429", 0.02, "share of requests answered 429 with Retry-After"},
 	}
 	vals := make([]float64, len(flags))
 	for i, f := range flags {
@@ -178,10 +178,10 @@ func (r row) plus(o row) row {
 // scene runs every payment through one client against a fresh faulty
 // server, then compares the client's verdicts with the server's counts.
 func scene(ctx context.Context, cfg config, k clientKind) (row, error) {
-	srv := testserver.New(testserver.Options{
+	srv := idemtest.New(idemtest.Options{
 		Delay:      cfg.delay,
-		Faults:     testserver.RandomFaults(cfg.seed, cfg.rates()),
-		RefuseDial: testserver.RandomRefusals(cfg.seed, cfg.refuse),
+		Faults:     idemtest.RandomFaults(cfg.seed, cfg.rates()),
+		RefuseDial: idemtest.RandomRefusals(cfg.seed, cfg.refuse),
 	})
 	if err := srv.Start(); err != nil {
 		return row{}, fmt.Errorf("chaos: starting the server: %w", err)

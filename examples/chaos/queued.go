@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -35,7 +35,7 @@ const (
 // attempts in flight, the queue is closed and opened again on the same file,
 // as a restarted process would. Each payment's verdict is its record's
 // settled state.
-func queued(ctx context.Context, srv *testserver.Server, cfg config) ([]verdict, error) {
+func queued(ctx context.Context, srv *idemtest.Server, cfg config) ([]verdict, error) {
 	ctx, cancel := context.WithTimeout(ctx, queueLimit)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "idem-chaos-")
@@ -67,7 +67,7 @@ func queued(ctx context.Context, srv *testserver.Server, cfg config) ([]verdict,
 // queueThroughOutage enqueues the payments while srv is down and brings srv
 // back once the drainer has noticed. Once half the payments are settled, with
 // others in flight, it closes the queue as a process that stops would.
-func queueThroughOutage(ctx context.Context, path string, srv *testserver.Server, cfg config) ([]queue.ID, error) {
+func queueThroughOutage(ctx context.Context, path string, srv *idemtest.Server, cfg config) ([]queue.ID, error) {
 	srv.SetDown(true)
 	offline := make(chan struct{})
 	var once sync.Once
@@ -101,7 +101,7 @@ type drainer struct {
 
 // startQueue opens the queue file at path, with a fresh client as a new
 // process would have, and starts draining it.
-func startQueue(ctx context.Context, path string, srv *testserver.Server, cfg config, notify func(queue.Event)) (*drainer, error) {
+func startQueue(ctx context.Context, path string, srv *idemtest.Server, cfg config, notify func(queue.Event)) (*drainer, error) {
 	tr := transport(srv, cfg)
 	q, err := queue.Open(path, queue.Options{
 		Client:         &idem.Client{HTTPClient: &http.Client{Transport: tr}},

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -30,7 +30,7 @@ type device struct {
 
 // boot opens the queue file at path and starts draining it, as the device's
 // program does each time it starts.
-func boot(ctx context.Context, path string, srv *testserver.Server, cfg config, n *narrator) (*device, error) {
+func boot(ctx context.Context, path string, srv *idemtest.Server, cfg config, n *narrator) (*device, error) {
 	// Without keep-alives every attempt dials, so an outage (srv.SetDown)
 	// reaches every attempt, as it would a device whose uplink is gone.
 	tr := &http.Transport{DialContext: srv.DialContext, DisableKeepAlives: true}
@@ -94,31 +94,31 @@ func nameOf(in *idem.Intent) string {
 // request of a few others, and notes when every request arrived.
 type serverLog struct {
 	mu       sync.Mutex // guards the fields below
-	srv      *testserver.Server
-	cut      string                      // the key whose first request takes the server down
-	down     chan struct{}               // closed when it has
-	faults   map[string]testserver.Fault // for a key's first request
-	arrivals map[string][]time.Time      // by key
+	srv      *idemtest.Server
+	cut      string                    // the key whose first request takes the server down
+	down     chan struct{}             // closed when it has
+	faults   map[string]idemtest.Fault // for a key's first request
+	arrivals map[string][]time.Time    // by key
 }
 
 func newServerLog() *serverLog {
-	return &serverLog{down: make(chan struct{}), faults: map[string]testserver.Fault{}, arrivals: map[string][]time.Time{}}
+	return &serverLog{down: make(chan struct{}), faults: map[string]idemtest.Fault{}, arrivals: map[string][]time.Time{}}
 }
 
 // fault is the server's Options.Faults.
-func (l *serverLog) fault(_ *http.Request, key string, seen int) testserver.Fault {
+func (l *serverLog) fault(_ *http.Request, key string, seen int) idemtest.Fault {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.arrivals[key] = append(l.arrivals[key], time.Now())
 	switch {
 	case seen > 0:
-		return testserver.FaultNone
+		return idemtest.FaultNone
 	case key == l.cut:
 		// Applied and stored, the answer never sent, and no dial succeeds
 		// from now on: the device cannot learn what happened.
 		l.srv.SetDown(true)
 		close(l.down)
-		return testserver.FaultCommitThenDrop
+		return idemtest.FaultCommitThenDrop
 	}
 	return l.faults[key]
 }
@@ -131,7 +131,7 @@ func (l *serverLog) cutOn(key string) {
 }
 
 // plan injects f into the first request with key.
-func (l *serverLog) plan(key string, f testserver.Fault) {
+func (l *serverLog) plan(key string, f idemtest.Fault) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.faults[key] = f

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -35,7 +35,7 @@ func play(ctx context.Context, cfg config, stdout io.Writer) (report, error) {
 	path := filepath.Join(dir, "intents.db")
 
 	srvLog := newServerLog()
-	srv := testserver.New(testserver.Options{Retention: cfg.retention, Faults: srvLog.fault})
+	srv := idemtest.New(idemtest.Options{Retention: cfg.retention, Faults: srvLog.fault})
 	srvLog.srv = srv
 	if err := srv.Start(); err != nil {
 		return report{}, fmt.Errorf("edge: starting the server: %w", err)
@@ -62,7 +62,7 @@ func play(ctx context.Context, cfg config, stdout io.Writer) (report, error) {
 type story struct {
 	cfg     config
 	n       *narrator
-	srv     *testserver.Server
+	srv     *idemtest.Server
 	log     *serverLog
 	path    string
 	url     string
@@ -189,9 +189,9 @@ func (s *story) take(ctx context.Context, dev *device, i int) error {
 	case i == 0:
 		s.log.cutOn(in.Key())
 	case i%5 == 0:
-		s.log.plan(in.Key(), testserver.FaultCommitThenDrop)
+		s.log.plan(in.Key(), idemtest.FaultCommitThenDrop)
 	case i%7 == 0:
-		s.log.plan(in.Key(), testserver.Fault503)
+		s.log.plan(in.Key(), idemtest.Fault503)
 	}
 	id, err := dev.q.Enqueue(ctx, in)
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 )
 
 func main() {
@@ -45,7 +45,7 @@ type summary struct {
 }
 
 func run(out io.Writer) (summary, error) {
-	payments := testserver.New(testserver.Options{RequireKey: true})
+	payments := idemtest.New(idemtest.Options{RequireKey: true})
 	if err := payments.Start(); err != nil {
 		return summary{}, err
 	}

@@ -1,4 +1,4 @@
-package testserver
+package idemtest
 
 import (
 	"fmt"
@@ -25,14 +25,14 @@ func RandomFaults(seed int64, rates map[Fault]float64) func(*http.Request, strin
 	for i, f := range faults {
 		r := rates[f]
 		if r < 0 || math.IsNaN(r) {
-			panic(fmt.Sprintf("testserver: RandomFaults: rate %v for %v", r, f))
+			panic(fmt.Sprintf("idemtest: RandomFaults: rate %v for %v", r, f))
 		}
 		total += r
 		cum[i] = total
 	}
 	// A small tolerance lets rates like 0.1+0.2+0.7 through despite rounding.
 	if total > 1+1e-9 {
-		panic(fmt.Sprintf("testserver: RandomFaults: rates sum to %v, more than 1", total))
+		panic(fmt.Sprintf("idemtest: RandomFaults: rates sum to %v, more than 1", total))
 	}
 	var mu sync.Mutex // guards rng
 	rng := newRand(seed)

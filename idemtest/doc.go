@@ -1,10 +1,27 @@
-// Package testserver is an in-memory server side of the Idempotency-Key
+// Package idemtest is an in-memory server side of the Idempotency-Key
 // protocol (IETF draft-ietf-httpapi-idempotency-key-header, with the server
-// state machine of Stripe-style idempotency keys), with fault injection.
+// state machine of Stripe-style idempotency keys), with fault injection, for
+// testing code that sends writes that must happen once.
 //
-// It plays the part httptest.Server plays for ordinary HTTP code: the client
-// library's tests and the chaos demo run real HTTP round trips against it and
-// then ask it how many business effects actually happened. It follows the
+// It plays the part httptest.Server plays for ordinary HTTP code: a test
+// starts one on loopback, sends real HTTP round trips through idem (or any
+// client), and then asks it how many business effects actually happened:
+//
+//	s := idemtest.New(idemtest.Options{
+//		RequireKey: true,
+//		Faults:     idemtest.RandomFaults(1, map[idemtest.Fault]float64{idemtest.FaultCommitThenDrop: 0.2}),
+//	})
+//	if err := s.Start(); err != nil {
+//		t.Fatal(err)
+//	}
+//	defer s.Close()
+//	client := &idem.Client{HTTPClient: s.Client()}
+//	// ... send payments to s.URL() + "/payments" ...
+//	if n := s.EffectsForKey(key); n != 1 {
+//		t.Errorf("payment applied %d times", n)
+//	}
+//
+// idem's own tests, its queue's and its examples use it. It follows the
 // protocol as the draft describes it, not as any client behaves, so a client
 // bug shows up as a duplicate effect or a wrong answer rather than being
 // papered over.
@@ -45,4 +62,4 @@
 // Clients with keep-alives on should know that net/http itself resends a
 // request carrying an Idempotency-Key header when a reused connection fails,
 // so the server may see more attempts than the client made.
-package testserver
+package idemtest

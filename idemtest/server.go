@@ -1,4 +1,4 @@
-package testserver
+package idemtest
 
 import (
 	"context"
@@ -105,9 +105,9 @@ func (s *Server) Start() error {
 	defer s.lifeMu.Unlock()
 	switch {
 	case s.closed:
-		return errors.New("testserver: Start after Close")
+		return errors.New("idemtest: Start after Close")
 	case s.srv != nil:
-		return errors.New("testserver: already started")
+		return errors.New("idemtest: already started")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

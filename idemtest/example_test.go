@@ -1,22 +1,22 @@
-package testserver_test
+package idemtest_test
 
 import (
 	"fmt"
 	"net/http"
 	"strings"
 
-	"github.com/idem-go/idem/internal/testserver"
+	"github.com/idem-go/idem/idemtest"
 )
 
 // A retry after a dropped response gets the stored answer, and the payment
 // is made once.
 func Example() {
-	s := testserver.New(testserver.Options{
-		Faults: func(_ *http.Request, _ string, seen int) testserver.Fault {
+	s := idemtest.New(idemtest.Options{
+		Faults: func(_ *http.Request, _ string, seen int) idemtest.Fault {
 			if seen == 0 {
-				return testserver.FaultCommitThenDrop
+				return idemtest.FaultCommitThenDrop
 			}
-			return testserver.FaultNone
+			return idemtest.FaultNone
 		},
 	})
 	if err := s.Start(); err != nil {

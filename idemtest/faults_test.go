@@ -1,4 +1,4 @@
-package testserver
+package idemtest
 
 import (
 	"net/http"
