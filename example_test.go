@@ -173,3 +173,76 @@ func ExampleDeriveKey() {
 	// charge applied downstream: 1
 	// phases share a key: false
 }
+
+// token stands in for the application's source of credentials.
+func token() string { return "t0ken" }
+
+// quickStart is the README's quick start, line for line, but for the URL and
+// the fmt lines that show which branch ran; TestREADMEQuickStart keeps them
+// so.
+func quickStart(ctx context.Context, url string, body []byte) error {
+	client := &idem.Client{Authorize: func(ctx context.Context, req *http.Request) error {
+		req.Header.Set("Authorization", "Bearer "+token()) // fresh on every attempt, never stored
+		return nil
+	}}
+	// Create the intent where it is born: its idempotency key is generated now, once.
+	in, err := idem.NewIntent("POST", url, body,
+		idem.WithHeader("Content-Type", "application/json"))
+	if err != nil {
+		return err // the message names the bad method, URL, header or body
+	}
+	res, err := client.Do(ctx, in)
+	switch {
+	case err == nil && res.Outcome.Succeeded(): // Applied (res.Replayed: answered from the server's store) or AlreadyApplied
+		defer res.Response.Body.Close()
+		fmt.Println(res.Outcome, res.Response.StatusCode)
+	case err == nil: // NotApplied: the server refused (a 4xx) before acting; res.Response says why
+		defer res.Response.Body.Close()
+		fmt.Println(res.Outcome, res.Response.StatusCode)
+	case errors.Is(err, idem.ErrOutcomeUnknown): // the server may have acted: reconcile, never resubmit under a new key
+		fmt.Println("outcome unknown: reconcile")
+	case errors.Is(err, idem.ErrNotApplied): // the server did not act: safe to try again
+		fmt.Println("not applied: safe to try again")
+	default: // not an outcome: a nil intent or context, or an invalid Policy
+		return err
+	}
+	return nil
+}
+
+// Example_quickStart runs the README's quick start through each outcome.
+func Example_quickStart() {
+	api := idemtest.New(idemtest.Options{})
+	lossy := idemtest.New(idemtest.Options{ // makes the payment, then drops every answer
+		Faults: func(*http.Request, string, int) idemtest.Fault { return idemtest.FaultCommitThenDrop },
+	})
+	for _, s := range []*idemtest.Server{api, lossy} {
+		if err := s.Start(); err != nil {
+			panic(err)
+		}
+		defer s.Close()
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // its port now refuses connections
+
+	for _, call := range []struct {
+		url     string
+		timeout time.Duration
+	}{
+		{api.URL() + "/payments", time.Minute},
+		{api.URL() + "/refunds", time.Minute}, // no such route: 404
+		{lossy.URL() + "/payments", 100 * time.Millisecond},
+		{down.URL + "/payments", 100 * time.Millisecond},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), call.timeout)
+		err := quickStart(ctx, call.url, []byte(`{"amount":100}`))
+		cancel()
+		if err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// applied 201
+	// not applied 404
+	// outcome unknown: reconcile
+	// not applied: safe to try again
+}
