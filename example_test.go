@@ -122,25 +122,6 @@ func ExampleTransport() {
 	// payments made: 1
 }
 
-// orderPhases runs the phases of an order handler. Each phase presents
-// downstream a key derived from the order's own key, so a handler resumed
-// after a crash presents the same keys and repeats no phase.
-func orderPhases(ctx context.Context, c *idem.Client, api, orderKey string, phases []string) {
-	for _, phase := range phases {
-		in, err := idem.NewIntent("POST", api+"/payments", []byte(`{"phase":"`+phase+`"}`),
-			idem.WithKey(idem.DeriveKey(orderKey, phase)))
-		if err != nil {
-			panic(err)
-		}
-		res, err := c.Do(ctx, in)
-		if err != nil {
-			panic(err)
-		}
-		res.Response.Body.Close()
-		fmt.Println(phase, res.Outcome, "replayed:", res.Replayed)
-	}
-}
-
 func ExampleDeriveKey() {
 	// The downstream API; its /payments route stands in for both phases.
 	api := idemtest.New(idemtest.Options{RequireKey: true})
@@ -149,15 +130,34 @@ func ExampleDeriveKey() {
 	}
 	defer api.Close()
 	c := &idem.Client{}
-	ctx := context.Background()
 
+	// handleOrder runs the phases of an order handler. Each phase presents
+	// downstream a key derived from the order's own key, so a handler
+	// resumed after a crash presents the same keys and repeats no phase.
+	handleOrder := func(ctx context.Context, orderKey string, phases []string) {
+		for _, phase := range phases {
+			in, err := idem.NewIntent("POST", api.URL()+"/payments", []byte(`{"phase":"`+phase+`"}`),
+				idem.WithKey(idem.DeriveKey(orderKey, phase)))
+			if err != nil {
+				panic(err)
+			}
+			res, err := c.Do(ctx, in)
+			if err != nil {
+				panic(err)
+			}
+			res.Response.Body.Close()
+			fmt.Println(phase, res.Outcome, "replayed:", res.Replayed)
+		}
+	}
+
+	ctx := context.Background()
 	orderKey := "order-7f3a" // the Idempotency-Key the order arrived with
 	phases := []string{"reserve", "charge"}
 
 	fmt.Println("first run, crashes after reserve:")
-	orderPhases(ctx, c, api.URL(), orderKey, phases[:1])
+	handleOrder(ctx, orderKey, phases[:1])
 	fmt.Println("resumed with the same order key:")
-	orderPhases(ctx, c, api.URL(), orderKey, phases)
+	handleOrder(ctx, orderKey, phases)
 
 	for _, phase := range phases {
 		fmt.Println(phase, "applied downstream:", api.EffectsForKey(idem.DeriveKey(orderKey, phase)))
@@ -174,43 +174,42 @@ func ExampleDeriveKey() {
 	// phases share a key: false
 }
 
-// token stands in for the application's source of credentials.
-func token() string { return "t0ken" }
-
-// quickStart is the README's quick start, line for line, but for the URL and
-// the fmt lines that show which branch ran; TestREADMEQuickStart keeps them
-// so.
-func quickStart(ctx context.Context, url string, body []byte) error {
-	client := &idem.Client{Authorize: func(ctx context.Context, req *http.Request) error {
-		req.Header.Set("Authorization", "Bearer "+token()) // fresh on every attempt, never stored
-		return nil
-	}}
-	// Create the intent where it is born: its idempotency key is generated now, once.
-	in, err := idem.NewIntent("POST", url, body,
-		idem.WithHeader("Content-Type", "application/json"))
-	if err != nil {
-		return err // the message names the bad method, URL, header or body
-	}
-	res, err := client.Do(ctx, in)
-	switch {
-	case err == nil && res.Outcome.Succeeded(): // Applied (res.Replayed: answered from the server's store) or AlreadyApplied
-		defer res.Response.Body.Close()
-		fmt.Println(res.Outcome, res.Response.StatusCode)
-	case err == nil: // NotApplied: the server refused (a 4xx) before acting; res.Response says why
-		defer res.Response.Body.Close()
-		fmt.Println(res.Outcome, res.Response.StatusCode)
-	case errors.Is(err, idem.ErrOutcomeUnknown): // the server may have acted: reconcile, never resubmit under a new key
-		fmt.Println("outcome unknown: reconcile")
-	case errors.Is(err, idem.ErrNotApplied): // the server did not act: safe to try again
-		fmt.Println("not applied: safe to try again")
-	default: // not an outcome: a nil intent or context, or an invalid Policy
-		return err
-	}
-	return nil
-}
-
 // Example_quickStart runs the README's quick start through each outcome.
 func Example_quickStart() {
+	token := func() string { return "t0ken" } // the application's credentials
+
+	// quickStart is the README's quick start, line for line, but for the URL
+	// and the fmt lines that show which branch ran; TestREADMEQuickStart
+	// keeps them so.
+	quickStart := func(ctx context.Context, url string, body []byte) error {
+		client := &idem.Client{Authorize: func(ctx context.Context, req *http.Request) error {
+			req.Header.Set("Authorization", "Bearer "+token()) // fresh on every attempt, never stored
+			return nil
+		}}
+		// Create the intent where it is born: its idempotency key is generated now, once.
+		in, err := idem.NewIntent("POST", url, body,
+			idem.WithHeader("Content-Type", "application/json"))
+		if err != nil {
+			return err // the message names the bad method, URL, header or body
+		}
+		res, err := client.Do(ctx, in)
+		switch {
+		case err == nil && res.Outcome.Succeeded(): // Applied (res.Replayed: answered from the server's store) or AlreadyApplied
+			defer res.Response.Body.Close()
+			fmt.Println(res.Outcome, res.Response.StatusCode)
+		case err == nil: // NotApplied: the server refused (a 4xx) before acting; res.Response says why
+			defer res.Response.Body.Close()
+			fmt.Println(res.Outcome, res.Response.StatusCode)
+		case errors.Is(err, idem.ErrOutcomeUnknown): // the server may have acted: reconcile, never resubmit under a new key
+			fmt.Println("outcome unknown: reconcile")
+		case errors.Is(err, idem.ErrNotApplied): // the server did not act: safe to try again
+			fmt.Println("not applied: safe to try again")
+		default: // not an outcome: a nil intent or context, or an invalid Policy
+			return err
+		}
+		return nil
+	}
+
 	api := idemtest.New(idemtest.Options{})
 	lossy := idemtest.New(idemtest.Options{ // makes the payment, then drops every answer
 		Faults: func(*http.Request, string, int) idemtest.Fault { return idemtest.FaultCommitThenDrop },

@@ -2,7 +2,7 @@ package idem_test
 
 import (
 	"go/parser"
-	gotoken "go/token"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,8 +27,8 @@ func readmeSection(t *testing.T, heading string) string {
 }
 
 // TestREADMEQuickStart: the quick start in the README is the code
-// Example_quickStart compiles and runs (quickStart), with the README's URL
-// for the example's url parameter and without the example's fmt lines.
+// Example_quickStart compiles and runs (its quickStart), with the README's
+// URL for the example's url parameter and without the example's fmt lines.
 func TestREADMEQuickStart(t *testing.T) {
 	sec := readmeSection(t, "## Quick start")
 	_, code, ok := strings.Cut(sec, "```go\n")
@@ -42,16 +42,16 @@ func TestREADMEQuickStart(t *testing.T) {
 
 	src, err := os.ReadFile("example_test.go")
 	require.NoError(t, err)
-	_, body, ok := strings.Cut(string(src), "\nfunc quickStart(ctx context.Context, url string, body []byte) error {\n")
+	_, body, ok := strings.Cut(string(src), "\n\tquickStart := func(ctx context.Context, url string, body []byte) error {\n")
 	require.True(t, ok, "example_test.go has no quickStart")
-	body, _, ok = strings.Cut(body, "\n\treturn nil\n}\n")
+	body, _, ok = strings.Cut(body, "\n\t\treturn nil\n\t}\n")
 	require.True(t, ok, "quickStart does not end with return nil")
 	var example []string
 	for _, l := range strings.Split(body, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), "fmt.") {
 			continue
 		}
-		example = append(example, strings.TrimPrefix(l, "\t"))
+		example = append(example, strings.TrimPrefix(l, "\t\t"))
 	}
 	assert.Equal(t, readme, example, "README quick start and quickStart in example_test.go differ")
 }
@@ -84,7 +84,7 @@ func TestREADMEExamples(t *testing.T) {
 			require.NoError(t, err)
 			internal := regexp.MustCompile(`(^|/)internal(/|$)`)
 			for _, f := range files {
-				ast, err := parser.ParseFile(gotoken.NewFileSet(), f, nil, parser.ImportsOnly)
+				ast, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
 				require.NoError(t, err)
 				for _, imp := range ast.Imports {
 					path, _ := strconv.Unquote(imp.Path.Value)
