@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemtest"
 )
 
 // lossyServer does the work, then drops the connection before answering the
@@ -78,14 +80,168 @@ func ExampleError() {
 	// true true
 }
 
-func ExampleDeriveKey() {
-	// A handler resuming after a crash derives the same downstream key.
-	upstream := "order-7f3a"
-	fmt.Println(idem.DeriveKey(upstream, "charge"))
-	fmt.Println(idem.DeriveKey(upstream, "charge") == idem.DeriveKey(upstream, "charge"))
-	fmt.Println(idem.DeriveKey(upstream, "charge") == idem.DeriveKey(upstream, "ship"))
+func ExampleTransport() {
+	// The payment API answers the first attempt 503. A 503 may come after
+	// the work, so the attempt is ambiguous: the Transport retries it only
+	// because the request carries an idempotency key.
+	api := idemtest.New(idemtest.Options{
+		Faults: func(_ *http.Request, _ string, seen int) idemtest.Fault {
+			if seen == 0 {
+				return idemtest.Fault503
+			}
+			return idemtest.FaultNone
+		},
+	})
+	if err := api.Start(); err != nil {
+		panic(err)
+	}
+	defer api.Close()
+
+	// Any code that takes an *http.Client gets idem's retries.
+	hc := &http.Client{Transport: &idem.Transport{Policy: idem.Policy{BaseDelay: time.Millisecond}}}
+
+	var rep idem.Report
+	ctx := idem.WithReport(context.Background(), &rep)
+	req, _ := http.NewRequestWithContext(ctx, "POST", api.URL()+"/payments", strings.NewReader(`{"amount":100}`))
+	req.Header.Set("Idempotency-Key", "order-42") // born with the order, not in the transport
+	resp, err := hc.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+
+	fmt.Println(resp.StatusCode, rep.Outcome, "after", len(rep.Attempts), "attempts")
+	for i, a := range rep.Attempts {
+		fmt.Println("attempt", i+1, a.Status, a.Class)
+	}
+	fmt.Println("payments made:", api.EffectsForKey("order-42"))
 	// Output:
-	// 50ff8472-dc78-5023-8fca-1faf4d5c7d16
-	// true
-	// false
+	// 201 applied after 2 attempts
+	// attempt 1 503 ambiguous
+	// attempt 2 201 applied
+	// payments made: 1
+}
+
+func ExampleDeriveKey() {
+	// The downstream API; its /payments route stands in for both phases.
+	api := idemtest.New(idemtest.Options{RequireKey: true})
+	if err := api.Start(); err != nil {
+		panic(err)
+	}
+	defer api.Close()
+	c := &idem.Client{}
+
+	// handleOrder runs the phases of an order handler. Each phase presents
+	// downstream a key derived from the order's own key, so a handler
+	// resumed after a crash presents the same keys and repeats no phase.
+	handleOrder := func(ctx context.Context, orderKey string, phases []string) {
+		for _, phase := range phases {
+			in, err := idem.NewIntent("POST", api.URL()+"/payments", []byte(`{"phase":"`+phase+`"}`),
+				idem.WithKey(idem.DeriveKey(orderKey, phase)))
+			if err != nil {
+				panic(err)
+			}
+			res, err := c.Do(ctx, in)
+			if err != nil {
+				panic(err)
+			}
+			res.Response.Body.Close()
+			fmt.Println(phase, res.Outcome, "replayed:", res.Replayed)
+		}
+	}
+
+	ctx := context.Background()
+	orderKey := "order-7f3a" // the Idempotency-Key the order arrived with
+	phases := []string{"reserve", "charge"}
+
+	fmt.Println("first run, crashes after reserve:")
+	handleOrder(ctx, orderKey, phases[:1])
+	fmt.Println("resumed with the same order key:")
+	handleOrder(ctx, orderKey, phases)
+
+	for _, phase := range phases {
+		fmt.Println(phase, "applied downstream:", api.EffectsForKey(idem.DeriveKey(orderKey, phase)))
+	}
+	fmt.Println("phases share a key:", idem.DeriveKey(orderKey, "reserve") == idem.DeriveKey(orderKey, "charge"))
+	// Output:
+	// first run, crashes after reserve:
+	// reserve applied replayed: false
+	// resumed with the same order key:
+	// reserve applied replayed: true
+	// charge applied replayed: false
+	// reserve applied downstream: 1
+	// charge applied downstream: 1
+	// phases share a key: false
+}
+
+// Example_quickStart runs the README's quick start through each outcome.
+func Example_quickStart() {
+	token := func() string { return "t0ken" } // the application's credentials
+
+	// quickStart is the README's quick start, line for line, but for the URL
+	// and the fmt lines that show which branch ran; TestREADMEQuickStart
+	// keeps them so.
+	quickStart := func(ctx context.Context, url string, body []byte) error {
+		client := &idem.Client{Authorize: func(ctx context.Context, req *http.Request) error {
+			req.Header.Set("Authorization", "Bearer "+token()) // fresh on every attempt, never stored
+			return nil
+		}}
+		// Create the intent where it is born: its idempotency key is generated now, once.
+		in, err := idem.NewIntent("POST", url, body,
+			idem.WithHeader("Content-Type", "application/json"))
+		if err != nil {
+			return err // the message names the bad method, URL, header or body
+		}
+		res, err := client.Do(ctx, in)
+		switch {
+		case err == nil && res.Outcome.Succeeded(): // Applied (res.Replayed: answered from the server's store) or AlreadyApplied
+			defer res.Response.Body.Close()
+			fmt.Println(res.Outcome, res.Response.StatusCode)
+		case err == nil: // NotApplied: the server refused (a 4xx) before acting; res.Response says why
+			defer res.Response.Body.Close()
+			fmt.Println(res.Outcome, res.Response.StatusCode)
+		case errors.Is(err, idem.ErrOutcomeUnknown): // the server may have acted: reconcile, never resubmit under a new key
+			fmt.Println("outcome unknown: reconcile")
+		case errors.Is(err, idem.ErrNotApplied): // the server did not act: safe to try again
+			fmt.Println("not applied: safe to try again")
+		default: // not an outcome: a nil intent or context, or an invalid Policy
+			return err
+		}
+		return nil
+	}
+
+	api := idemtest.New(idemtest.Options{})
+	lossy := idemtest.New(idemtest.Options{ // makes the payment, then drops every answer
+		Faults: func(*http.Request, string, int) idemtest.Fault { return idemtest.FaultCommitThenDrop },
+	})
+	for _, s := range []*idemtest.Server{api, lossy} {
+		if err := s.Start(); err != nil {
+			panic(err)
+		}
+		defer s.Close()
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // its port now refuses connections
+
+	for _, call := range []struct {
+		url     string
+		timeout time.Duration
+	}{
+		{api.URL() + "/payments", time.Minute},
+		{api.URL() + "/refunds", time.Minute}, // no such route: 404
+		{lossy.URL() + "/payments", 100 * time.Millisecond},
+		{down.URL + "/payments", 100 * time.Millisecond},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), call.timeout)
+		err := quickStart(ctx, call.url, []byte(`{"amount":100}`))
+		cancel()
+		if err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// applied 201
+	// not applied 404
+	// outcome unknown: reconcile
+	// not applied: safe to try again
 }
