@@ -98,10 +98,11 @@ func method(m string) attribute.KeyValue {
 
 // errorType is the error.type of an attempt, as the conventions define it
 // for an HTTP client: empty after success, the status code after a 4xx or
-// 5xx answer, and a short name for a transport error.
+// 5xx answer, and a short name for a transport error. A DELETE answered 404
+// that idem reads as already applied is a success.
 func errorType(a idem.Attempt) string {
 	if a.Err == nil {
-		if a.Status >= 400 {
+		if a.Status >= 400 && a.Class != idem.ClassAlreadyApplied {
 			return strconv.Itoa(a.Status)
 		}
 		return ""

@@ -40,9 +40,14 @@ func TestAttemptAttrs(t *testing.T) {
 		want: "http.request.method=POST http.response.status_code=302 idem.action=stop idem.class=ambiguous",
 	}, {
 		name: "transport error: no status",
-		info: idem.AttemptInfo{Method: "DELETE", N: 2, Action: idem.ActionStop,
-			Attempt: idem.Attempt{Class: idem.ClassAlreadyApplied, Err: io.EOF}},
-		want: "error.type=connection_closed http.request.method=DELETE http.request.resend_count=1 idem.action=stop idem.class=already_applied",
+		info: idem.AttemptInfo{Method: "DELETE", N: 2, Action: idem.ActionRetry,
+			Attempt: idem.Attempt{Class: idem.ClassAmbiguous, Err: io.EOF}},
+		want: "error.type=connection_closed http.request.method=DELETE http.request.resend_count=1 idem.action=retry idem.class=ambiguous",
+	}, {
+		name: "a DELETE answered 404 after an ambiguous attempt is no error",
+		info: idem.AttemptInfo{Method: "DELETE", N: 2, Action: idem.ActionDone,
+			Attempt: idem.Attempt{Class: idem.ClassAlreadyApplied, Status: 404}},
+		want: "http.request.method=DELETE http.request.resend_count=1 http.response.status_code=404 idem.action=done idem.class=already_applied",
 	}, {
 		name: "a method the conventions do not know",
 		info: idem.AttemptInfo{Method: "PURGE", N: 1, Action: idem.ActionDone,

@@ -53,10 +53,10 @@
 //	http.request.method        POST; "_OTHER" for a method the conventions do not know
 //	http.response.status_code  503; absent when no response came
 //	http.request.resend_count  the attempt's number in its operation minus one; absent on the first
-//	error.type                 "503" after a 4xx or 5xx answer; after a transport error "timeout",
-//	                           "canceled", "dns", "connection_refused", "connection_reset",
-//	                           "connection_closed", "tls_certificate", "invalid_request" or "_OTHER";
-//	                           absent otherwise
+//	error.type                 "503" after a 4xx or 5xx answer, except a DELETE's 404 read as already
+//	                           applied; after a transport error "timeout", "canceled", "dns",
+//	                           "connection_refused", "connection_reset", "connection_closed",
+//	                           "tls_certificate", "invalid_request" or "_OTHER"; absent otherwise
 //	idem.class                 "ambiguous": the attempt's idem.Class
 //	idem.action                "retry": what followed, "done", "retry" or "stop"
 //
@@ -83,9 +83,11 @@
 // and without WithAttributes their series too: attempts add up, and so do
 // the observable counters in the Go SDK, but idem.budget.tokens shows one
 // client's budget, and the OpenTelemetry API asks callbacks not to report a
-// series twice. Tell them apart with WithAttributes(attribute.String(
-// "idem.client", "payments")).
+// series twice. Tell them apart with WithAttributes:
 //
-// The hook runs on the caller's goroutine after every attempt; recording
-// costs a few allocations, small beside a network round trip.
+//	idemotel.Instrument(payments, idemotel.WithAttributes(attribute.String("idem.client", "payments")))
+//
+// The hook is safe for concurrent use, as OnAttempt requires. It runs on
+// the caller's goroutine after every attempt; recording costs a few
+// allocations, small beside a network round trip.
 package idemotel
