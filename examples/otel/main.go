@@ -1,11 +1,18 @@
-// Command otel exports idem's counters with OpenTelemetry metrics.
+// Command otel exports idem's metrics with OpenTelemetry, through the
+// companion module github.com/idem-go/idem/otel (package idemotel).
 //
 // It starts a loopback server that answers every third request 503 (after
 // placing the order, as a server whose answer is lost would), sends a few
 // intents through an idem.Client and a queue, collects with the SDK's
-// ManualReader and prints the metrics. metrics.go is the part to copy into
-// an application; there a periodic reader and an OTLP exporter take the
-// ManualReader's place.
+// ManualReader and prints the metrics. An application calls
+// idemotel.Instrument and idemotel.ObserveQueue as run does, with a periodic
+// reader and an OTLP exporter in the ManualReader's place.
+//
+// A retry is an attempt with idem.action=retry: the two Do made, and the one
+// the queue scheduled after its first 503. idemotel exports no second count
+// of retries: Stats.Retries counts only the retries of Do and RoundTrip, so
+// such a count disagreed with the attempts as soon as a queue shared the
+// client.
 //
 // It lives in its own module so that idem itself does not depend on
 // OpenTelemetry.
@@ -29,11 +36,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/idem-go/idem"
+	idemotel "github.com/idem-go/idem/otel"
 	"github.com/idem-go/idem/queue"
 )
-
-// meterName is the instrumentation scope: the library being measured.
-const meterName = "github.com/idem-go/idem"
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -52,29 +57,25 @@ func run(ctx context.Context, w io.Writer) error {
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer provider.Shutdown(context.Background())
-	meter := provider.Meter(meterName)
+	withProvider := idemotel.WithMeterProvider(provider)
 
-	hook, err := NewAttemptHook(meter)
-	if err != nil {
-		return err
-	}
 	client := &idem.Client{
 		HTTPClient: srv.Client(),
 		Policy:     idem.Policy{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
-		OnAttempt:  hook,
 	}
-	stats, err := RegisterStats(meter, client.Stats)
+	reg, err := idemotel.Instrument(client, withProvider)
 	if err != nil {
 		return err
 	}
-	defer stats.Unregister()
+	defer reg.Unregister()
 
 	if err := sendOrders(ctx, client, srv.URL); err != nil {
 		return err
 	}
 	// The queue's attempts go through the same client, so idem.attempts
 	// counts them; its records settle in the queue (idem.queue.records), not
-	// in the client's idem.operations.
+	// in the client's idem.operations and idem.replays, which count what Do
+	// finished.
 	dir, err := os.MkdirTemp("", "idem-otel-")
 	if err != nil {
 		return err
@@ -87,7 +88,7 @@ func run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	defer q.Close()
-	qreg, err := RegisterQueue(meter, q)
+	qreg, err := idemotel.ObserveQueue(q, withProvider)
 	if err != nil {
 		return err
 	}
@@ -191,33 +192,37 @@ func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// printMetrics writes one line per data point, sorted, so that runs can be
-// compared; timings vary.
+// printMetrics writes one line per data point, value first, sorted by
+// attributes, so that runs can be compared; timings vary.
 func printMetrics(w io.Writer, rm metricdata.ResourceMetrics) {
 	for _, sm := range rm.ScopeMetrics {
 		slices.SortFunc(sm.Metrics, func(a, b metricdata.Metrics) int { return strings.Compare(a.Name, b.Name) })
 		for _, m := range sm.Metrics {
 			fmt.Fprintf(w, "%s (%s)\n", m.Name, m.Unit)
-			var lines []string
+			var lines [][2]string // attributes, value
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
 				for _, p := range d.DataPoints {
-					lines = append(lines, fmt.Sprintf("%-60s %d", attrs(p.Attributes), p.Value))
+					lines = append(lines, [2]string{attrs(p.Attributes), fmt.Sprint(p.Value)})
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					lines = append(lines, [2]string{attrs(p.Attributes), fmt.Sprint(p.Value)})
 				}
 			case metricdata.Gauge[float64]:
 				for _, p := range d.DataPoints {
-					lines = append(lines, fmt.Sprintf("%-60s %.3f", attrs(p.Attributes), p.Value))
+					lines = append(lines, [2]string{attrs(p.Attributes), fmt.Sprintf("%.3f", p.Value)})
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
-					lines = append(lines, fmt.Sprintf("%-60s count=%d sum=%.4f", attrs(p.Attributes), p.Count, p.Sum))
+					lines = append(lines, [2]string{attrs(p.Attributes), fmt.Sprintf("count=%d sum=%.4f", p.Count, p.Sum)})
 				}
 			default:
-				lines = append(lines, fmt.Sprintf("(%T not printed)", d))
+				lines = append(lines, [2]string{fmt.Sprintf("(%T not printed)", d), ""})
 			}
-			slices.Sort(lines)
+			slices.SortFunc(lines, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
 			for _, l := range lines {
-				fmt.Fprintln(w, "  "+l)
+				fmt.Fprintf(w, "  %-22s %s\n", l[1], l[0])
 			}
 		}
 	}

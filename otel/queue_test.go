@@ -1,0 +1,49 @@
+package idemotel
+
+import (
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/queue"
+)
+
+func TestObserveQueue(t *testing.T) {
+	reader, provider := newReader(t)
+	q, err := queue.Open(filepath.Join(t.TempDir(), "q.db"), queue.Options{})
+	require.NoError(t, err)
+	reg, err := ObserveQueue(q, provider)
+	require.NoError(t, err)
+
+	got := collect(t, reader)
+	assert.Equal(t, 0.0, got[MetricQueueOldestPending].points["-"], "%s of an empty queue", MetricQueueOldestPending)
+
+	// No drainer runs: the records stay pending.
+	for range 3 {
+		in, err := idem.NewIntent(http.MethodPost, "http://shop.invalid/orders", []byte(`{}`))
+		require.NoError(t, err)
+		_, err = q.Enqueue(t.Context(), in)
+		require.NoError(t, err)
+	}
+	got = collect(t, reader)
+	records := got[MetricQueueRecords]
+	assert.Equal(t, "up-down counter {record}", records.kind+" "+records.unit, MetricQueueRecords)
+	assert.Equal(t, points{
+		"idem.queue.state=pending": 3, "idem.queue.state=in_flight": 0, "idem.queue.state=done": 0,
+		"idem.queue.state=failed": 0, "idem.queue.state=expired": 0,
+	}, records.points, MetricQueueRecords)
+	oldest := got[MetricQueueOldestPending]
+	assert.Equal(t, "gauge s", oldest.kind+" "+oldest.unit, MetricQueueOldestPending)
+	assert.Positive(t, oldest.points["-"], "%s with records pending", MetricQueueOldestPending)
+
+	// Unregistered before Close, as the documentation asks: collections go on
+	// without error.
+	require.NoError(t, reg.Unregister())
+	require.NoError(t, q.Close())
+	got = collect(t, reader)
+	assert.Empty(t, got[MetricQueueRecords].points, "%s after Unregister", MetricQueueRecords)
+}
