@@ -1,0 +1,195 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestReadmeDecisionDiagram keeps README's picture of the decision table true
+// to the code: the table names every Class, in order; the flowchart under it
+// draws every Class as one hexagon node ({{Name}}); and the ends reachable
+// from each class's node (done, retry, stop: the stadium nodes whose labels
+// start with those words) are the actions Decide takes for that class.
+// .ci/mermaid checks that the picture renders; this checks what it says.
+func TestReadmeDecisionDiagram(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	section := readmeSection(t, string(readme), "## The decision table")
+
+	var want []string
+	for c := ClassNone + 1; c < numClasses; c++ {
+		want = append(want, className(c))
+	}
+
+	var table []string
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || strings.HasPrefix(line, "|---") {
+			continue
+		}
+		if name := strings.TrimSpace(cells[1]); name != "class" {
+			table = append(table, name)
+		}
+	}
+	assert.Equal(t, want, table, "the decision table's class column")
+
+	_, rest, ok := strings.Cut(section, "```mermaid\n")
+	require.True(t, ok, "no mermaid block under %q", "## The decision table")
+	flow, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok, "mermaid block not closed")
+	require.True(t, strings.HasPrefix(flow, "flowchart"), "the block is not a flowchart")
+
+	g := parseFlowchart(flow)
+	var drawn []string
+	for _, n := range g.hexagons {
+		drawn = append(drawn, n.label)
+	}
+	slices.Sort(drawn)
+	assert.Equal(t, slices.Sorted(slices.Values(want)), drawn, "the classes drawn as hexagons, each once")
+
+	actions := decidedActions()
+	for _, n := range g.hexagons {
+		c := slices.Index(want, n.label) + 1
+		if c == 0 {
+			continue // reported above
+		}
+		assert.Equal(t, actions[Class(c)], g.reachableEnds(n.id), "what the diagram lets %s lead to", n.label)
+	}
+}
+
+// className is a Class as README names it: "already applied" is
+// AlreadyApplied.
+func className(c Class) string {
+	var b strings.Builder
+	for _, w := range strings.Fields(c.String()) {
+		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+	}
+	return b.String()
+}
+
+// readmeSection returns the text under heading, up to the next heading of
+// the same level.
+func readmeSection(t *testing.T, readme, heading string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(readme, "\n"+heading+"\n")
+	require.True(t, ok, "README has no %q", heading)
+	section, _, _ := strings.Cut(rest, "\n## ")
+	return section
+}
+
+// flowchart is the little of a Mermaid flowchart the test reads: its
+// hexagon nodes, its end nodes and its edges.
+type flowchart struct {
+	hexagons []flowNode
+	ends     map[string]Action // node id -> the action its label starts with
+	edges    map[string][]string
+}
+
+type flowNode struct{ id, label string }
+
+var (
+	hexagonNode = regexp.MustCompile(`(\w+)\{\{"?([^{}"]*)"?\}\}`)
+	stadiumNode = regexp.MustCompile(`(\w+)\(\["?([^\]"]*)"?\]\)`)
+	nodeID      = regexp.MustCompile(`^\s*(\w+)`)
+)
+
+func parseFlowchart(text string) flowchart {
+	g := flowchart{ends: map[string]Action{}, edges: map[string][]string{}}
+	for _, line := range strings.Split(text, "\n") {
+		for _, m := range hexagonNode.FindAllStringSubmatch(line, -1) {
+			g.hexagons = append(g.hexagons, flowNode{id: m[1], label: m[2]})
+		}
+		for _, m := range stadiumNode.FindAllStringSubmatch(line, -1) {
+			for _, a := range []Action{ActionDone, ActionRetry, ActionStop} {
+				if strings.HasPrefix(m[2], a.String()) {
+					g.ends[m[1]] = a
+				}
+			}
+		}
+		from, to, ok := strings.Cut(line, "-->")
+		if !ok {
+			continue
+		}
+		src, dst := nodeID.FindStringSubmatch(from), nodeID.FindStringSubmatch(to)
+		if src != nil && dst != nil {
+			g.edges[src[1]] = append(g.edges[src[1]], dst[1])
+		}
+	}
+	return g
+}
+
+// reachableEnds returns the actions of the end nodes reachable from id, in
+// Action order.
+func (g flowchart) reachableEnds(id string) []Action {
+	seen := map[string]bool{}
+	var found []Action
+	var walk func(string)
+	walk = func(n string) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		if a, ok := g.ends[n]; ok && !slices.Contains(found, a) {
+			found = append(found, a)
+		}
+		for _, next := range g.edges[n] {
+			walk(next)
+		}
+	}
+	walk(id)
+	slices.Sort(found)
+	return found
+}
+
+// decidedActions runs Decide over every method, key, status, delete policy,
+// earlier doubt and kind of transport error, without server hints, and
+// returns the actions each class led to, in Action order.
+func decidedActions() map[Class][]Action {
+	errs := []Facts{
+		{Err: errors.New("connection reset"), Wire: Wire{Conns: 1, WroteHeaders: true}},
+		{Err: errors.New("connection refused")},
+		{Err: fmt.Errorf("%w: header with CR", ErrInvalidRequest)},
+	}
+	var all []Facts
+	for _, method := range allMethods {
+		for _, key := range []bool{false, true} {
+			for _, earlier := range []bool{false, true} {
+				for _, policy := range []DeletePolicy{DeleteAfterAmbiguous, DeleteAlways, DeleteNever} {
+					base := Facts{Method: method, HasKey: key, EarlierAmbiguous: earlier, DeletePolicy: policy}
+					for _, e := range errs {
+						f := base
+						f.Err, f.Wire = e.Err, e.Wire
+						all = append(all, f)
+					}
+					for status := 100; status <= 599; status++ {
+						for _, offHost := range []bool{false, true} {
+							f := base
+							f.Status, f.RedirectOffHost = status, offHost
+							f.Wire = Wire{Conns: 1, WroteHeaders: true, WroteRequest: true, GotResponse: true}
+							all = append(all, f)
+						}
+					}
+				}
+			}
+		}
+	}
+	actions := map[Class][]Action{}
+	for _, f := range all {
+		d := Decide(f)
+		if !slices.Contains(actions[d.Class], d.Action) {
+			actions[d.Class] = append(actions[d.Class], d.Action)
+		}
+	}
+	for c := range actions {
+		slices.Sort(actions[c])
+	}
+	return actions
+}
