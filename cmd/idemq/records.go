@@ -11,24 +11,16 @@ import (
 	"github.com/idem-go/idem/queue"
 )
 
-// stateNames are the names idemq reads and prints for the states: one word
-// each, so that a table column or a shell argument holds one.
-var stateNames = map[queue.State]string{
-	queue.Pending:  "pending",
-	queue.InFlight: "inflight",
-	queue.Done:     "done",
-	queue.Failed:   "failed",
-	queue.Expired:  "expired",
-}
-
 // allStates are the states in their life's order.
 func allStates() []queue.State {
 	return []queue.State{queue.Pending, queue.InFlight, queue.Done, queue.Failed, queue.Expired}
 }
 
+// stateName is the name idemq reads and prints for s: one word, so that a
+// table column or a shell argument holds it.
 func stateName(s queue.State) string {
-	if n, ok := stateNames[s]; ok {
-		return n
+	if s == queue.InFlight {
+		return "inflight" // State.String says "in flight"
 	}
 	return s.String()
 }
@@ -41,17 +33,12 @@ func parseStates(list []string) ([]queue.State, error) {
 		if name == "in-flight" || name == "in flight" {
 			name = "inflight"
 		}
-		found := false
-		for s, n := range stateNames {
-			if n == name {
-				found = true
-				if !slices.Contains(out, s) {
-					out = append(out, s)
-				}
-			}
-		}
-		if !found {
+		i := slices.IndexFunc(allStates(), func(s queue.State) bool { return stateName(s) == name })
+		if i < 0 {
 			return nil, usagef("--state %q: want pending, inflight, done, failed or expired", name)
+		}
+		if s := allStates()[i]; !slices.Contains(out, s) {
+			out = append(out, s)
 		}
 	}
 	return out, nil
