@@ -42,8 +42,8 @@ func (a *app) drainCommand() *cobra.Command {
 none is pending or --timeout passes, then prints how many settled done, failed
 and expired. Records that must still wait (a server's Retry-After, a backoff)
 keep the drain going until the timeout; it then exits 1 and the queue keeps
-them. Attempts under way at the timeout are cut, counted as ambiguous and sent
-again later with the same key.
+them. Attempts under way at the timeout are cut and recorded (ambiguous if the
+request went out), to be sent again later with the same key.
 
 The file holds no configuration: give --retention, --margin, --max-age,
 --max-attempts and --key-header as the application sets them, or drain may send

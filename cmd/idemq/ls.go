@@ -128,9 +128,12 @@ func (a *app) lsTable(recs []*queue.Record) error {
 		if v.Method != "" {
 			request = v.Method + " " + v.URL
 		}
+		age := "-" // a damaged record keeps only its ID
+		if !r.EnqueuedAt.IsZero() {
+			age = fmtAge(now.Sub(r.EnqueuedAt))
+		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
-			v.ID, v.State, v.Outcome, laneName(v.Lane), fmtAge(now.Sub(r.EnqueuedAt)),
-			v.Attempts, request, last(v))
+			v.ID, v.State, v.Outcome, laneName(v.Lane), age, v.Attempts, request, last(v))
 	}
 	return w.Flush()
 }
