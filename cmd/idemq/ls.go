@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idem-go/idem/queue"
+)
+
+// listPage is how many records ls reads per transaction.
+const listPage = 500
+
+// lsFilter selects the records ls lists.
+type lsFilter struct {
+	states    []queue.State // nil for every state
+	lane      *string       // nil for every lane
+	olderThan time.Duration // enqueued at least this long ago
+	limit     int           // 0 for no limit
+}
+
+func (f lsFilter) match(r *queue.Record, now time.Time) bool {
+	if f.states != nil && !slices.Contains(f.states, r.State) {
+		return false
+	}
+	if f.lane != nil && (r.Intent == nil || r.Intent.Lane() != *f.lane) {
+		return false
+	}
+	return now.Sub(r.EnqueuedAt) >= f.olderThan
+}
+
+func (a *app) lsCommand() *cobra.Command {
+	var (
+		states  []string
+		lane    string
+		f       lsFilter
+		asJSON  bool
+		example = `  idemq -f intents.db ls
+  idemq -f intents.db ls --state failed,expired --json
+  idemq -f intents.db ls --lane payments --older-than 1h --limit 20`
+	)
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Short:   "List records, filtered by state, lane and age",
+		Long:    "ls lists records in ID order, which is enqueue order: a table, or a JSON array with --json.\nThe default lane is shown as \"-\" and selected with --lane \"\".",
+		Example: example,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if f.states, err = parseStates(states); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("lane") {
+				f.lane = &lane
+			}
+			if f.limit < 0 || f.olderThan < 0 {
+				return usagef("--limit and --older-than must not be negative")
+			}
+			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
+				recs, err := list(q, f, a.now())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(a, viewsOf(recs))
+				}
+				return a.lsTable(recs)
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&states, "state", nil, "only records in these states: pending, inflight, done, failed, expired")
+	fl.StringVar(&lane, "lane", "", "only records of this lane (\"\" for the default lane)")
+	fl.DurationVar(&f.olderThan, "older-than", 0, "only records enqueued at least this long ago, e.g. 1h")
+	fl.IntVar(&f.limit, "limit", 0, "list at most this many records (0: all)")
+	fl.BoolVar(&asJSON, "json", false, "write a JSON array instead of a table")
+	return cmd
+}
+
+// list reads the records f selects, a page at a time.
+func list(q *queue.Queue, f lsFilter, now time.Time) ([]*queue.Record, error) {
+	var state queue.State // 0: every state, filtered by match
+	if len(f.states) == 1 {
+		state = f.states[0]
+	}
+	var out []*queue.Record
+	for after := queue.ID(0); ; {
+		page, err := q.List(state, after, listPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page {
+			if !f.match(r, now) {
+				continue
+			}
+			out = append(out, r)
+			if f.limit > 0 && len(out) == f.limit {
+				return out, nil
+			}
+		}
+		if len(page) < listPage {
+			return out, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+func viewsOf(recs []*queue.Record) []recordView {
+	out := make([]recordView, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, viewOf(r))
+	}
+	return out
+}
+
+func (a *app) lsTable(recs []*queue.Record) error {
+	now := a.now()
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tSTATE\tOUTCOME\tLANE\tAGE\tATTEMPTS\tREQUEST\tLAST")
+	for _, r := range recs {
+		v := viewOf(r)
+		request := "(intent lost: damaged)"
+		if v.Method != "" {
+			request = v.Method + " " + v.URL
+		}
+		age := "-" // a damaged record keeps only its ID
+		if !r.EnqueuedAt.IsZero() {
+			age = fmtAge(now.Sub(r.EnqueuedAt))
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
+			v.ID, v.State, v.Outcome, laneName(v.Lane), age, v.Attempts, request, last(v))
+	}
+	return w.Flush()
+}
+
+// last sums up the latest attempt in a table cell: its class and status.
+func last(v recordView) string {
+	var parts []string
+	if v.LastClass != "" {
+		parts = append(parts, strings.ReplaceAll(v.LastClass, " ", "-"))
+	}
+	if v.LastStatus != 0 {
+		parts = append(parts, fmt.Sprint(v.LastStatus))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+func writeJSON(a *app, v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// noArgs is cobra.NoArgs as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args)
+	}
+	return nil
+}

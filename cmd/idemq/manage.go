@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/queue"
+)
+
+// errReported is returned by a command that printed its errors already.
+var errReported = errors.New("not every record could be handled")
+
+func (a *app) discardCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "discard ID...",
+		Short: "Remove records: pending ones will not be sent",
+		Long: `discard removes records: a pending record will then never be sent, a settled
+one is no longer kept. A record in flight cannot be discarded. A pending record
+that an attempt may have reached the server with keeps an unknown outcome: idemq
+warns, and reconciling it with the server is the operator's.`,
+		Example: "  idemq -f intents.db discard 42 43",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("%s takes one or more record IDs", cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			ids := make([]queue.ID, len(args))
+			for i, s := range args {
+				var err error
+				if ids[i], err = parseID(s); err != nil {
+					return err
+				}
+			}
+			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
+				failed := false
+				for _, id := range ids {
+					if err := a.discard(q, id); err != nil {
+						fmt.Fprintf(a.stderr, "idemq: discard %d: %v\n", id, err)
+						failed = true
+					}
+				}
+				if failed {
+					return errReported
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func (a *app) discard(q *queue.Queue, id queue.ID) error {
+	r, err := q.Get(id)
+	if err != nil {
+		return err
+	}
+	if err := q.Discard(id); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "discarded %d (%s)\n", id, stateName(r.State))
+	if r.State == queue.Pending && !r.FirstSentAt.IsZero() {
+		fmt.Fprintf(a.stderr, "idemq: warning: %d may have reached the server (first sent %s): its outcome is unknown, reconcile it there\n",
+			id, r.FirstSentAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func (a *app) resubmitCommand() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "resubmit ID",
+		Short: "Queue a failed or expired record again, under a new key",
+		Long: `resubmit queues a failed or expired record again as a new record with a new
+idempotency key, and prints the new record's ID. The server cannot tell the two
+apart: if an attempt of the old record was applied, the new one applies the
+operation a second time. A record whose outcome is unknown (an attempt may have
+been applied) is therefore refused unless --force says the operator checked
+with the server that it was not.`,
+		Example: "  idemq -f intents.db resubmit 42",
+		Args:    oneID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
+				r, err := q.Get(id)
+				if err != nil {
+					return err
+				}
+				if r.Outcome == idem.Unknown && !force {
+					return fmt.Errorf("%d: outcome unknown: an attempt may have been applied, and a resubmit under a new key would apply it again; check with the server, then pass --force", id)
+				}
+				nid, err := q.Resubmit(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "resubmitted %d as %d (new key)\n", id, nid)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "resubmit a record whose outcome is unknown")
+	return cmd
+}
+
+func (a *app) resetClockCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reset-clock",
+		Short: "Set the queue's clock mark to this clock, once it is known right",
+		Long: `reset-clock sets the queue's clock mark, the latest time it has seen, to this
+machine's clock. While the clock reads earlier than the mark by more than the
+tolerance the queue sends nothing; a clock that once read ahead by mistake
+leaves such a mark. Run it only once the clock is known to be right: the mark is
+what stops a clock set back from hiding a horizon. Records first sent while the
+clock read ahead expire at their next attempt.`,
+		Example: "  idemq -f intents.db reset-clock",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var reset *queue.Event
+			opts := queue.Options{Notify: func(e queue.Event) {
+				if e.Kind == queue.EventClockReset {
+					reset = &e // ResetClock's own goroutine: read after it returns
+				}
+			}}
+			return a.withQueue(opts, func(q *queue.Queue) error {
+				if err := q.ResetClock(cmd.Context()); err != nil {
+					return err
+				}
+				if reset == nil {
+					return errors.New("reset-clock: the queue reported no reset")
+				}
+				fmt.Fprintf(a.stdout, "clock mark reset: %s -> %s\n", fmtMark(reset.OldMark), fmtMark(reset.NewMark))
+				return nil
+			})
+		},
+	}
+}
+
+func fmtMark(t time.Time) string {
+	if t.IsZero() {
+		return "none"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+)
+
+func jsonOf(r result, v any) error { return json.Unmarshal([]byte(r.stdout), v) }
+
+func TestDiscard(t *testing.T) {
+	file, ids := queueFile(t,
+		intent(t, secretURL, "a"), intent(t, secretURL, "b"), intent(t, secretURL, "c"),
+	)
+	r := ok(t, file, "discard", ids[0].String(), ids[2].String())
+	assert.Equal(t, "discarded 1 (pending)\ndiscarded 3 (pending)\n", r.stdout)
+	assert.Empty(t, r.stderr, "records never sent: no warning")
+	assert.Equal(t, ids[1:2], idsOf(listed(t, ok(t, file, "ls", "--json"))))
+
+	r = idemq(t, nil, "--file", file, "discard", ids[0].String(), ids[1].String())
+	assert.Equal(t, exitError, r.code)
+	assert.Contains(t, r.stderr, "idemq: discard 1: queue: no such record")
+	assert.Equal(t, "discarded 2 (pending)\n", r.stdout, "the others are still discarded")
+	assert.Equal(t, []recordView{}, listed(t, ok(t, file, "ls", "--json")))
+}
+
+// TestDiscardSentWarns: discarding a pending record an attempt may have
+// reached the server with leaves its outcome unknown, and says so.
+func TestDiscardSentWarns(t *testing.T) {
+	srv := newServer(t, idem.DefaultKeyHeader, http.StatusServiceUnavailable, map[string]string{"Retry-After": "3600"})
+	file, ids := queueFile(t, intent(t, srv.URL+"/pay?token=s3cret", "x"))
+	idemq(t, nil, "--file", file, "drain", "--timeout", "500ms")
+
+	r := ok(t, file, "discard", ids[0].String())
+	assert.Contains(t, r.stderr, "idemq: warning: 1 may have reached the server")
+	noSecret(t, r)
+}
+
+// TestResubmit: a record the server refused (400, not applied) is
+// resubmitted as a new pending record, once.
+func TestResubmit(t *testing.T) {
+	srv := newServer(t, idem.DefaultKeyHeader, http.StatusBadRequest, nil)
+	in := intent(t, srv.URL+"/pay?token=s3cret", "x", idem.WithLane("payments"))
+	file, ids := queueFile(t, in)
+	r := ok(t, file, "drain", "--timeout", "10s")
+	assert.Contains(t, r.stdout, ": 1 settled (0 done, 1 failed, 0 expired), 0 pending")
+
+	failed := listed(t, ok(t, file, "ls", "--json", "--state", "failed"))
+	require.Len(t, failed, 1)
+	assert.Equal(t, "not-applied", failed[0].Outcome)
+	assert.Equal(t, 400, failed[0].LastStatus)
+	assert.Equal(t, 400, failed[0].Result.Status)
+
+	r = ok(t, file, "resubmit", ids[0].String())
+	assert.Regexp(t, `^resubmitted 1 as \d+ \(new key\)\n$`, r.stdout)
+	pending := listed(t, ok(t, file, "ls", "--json", "--state", "pending"))
+	require.Len(t, pending, 1)
+	assert.Equal(t, "payments", pending[0].Lane)
+	assert.NotEqual(t, in.Key()[:8]+"…", pending[0].Key, "a new key")
+
+	var old recordView
+	require.NoError(t, jsonOf(ok(t, file, "show", "--json", "1"), &old))
+	assert.Equal(t, pending[0].ID, old.ResubmittedAs)
+
+	r = idemq(t, nil, "--file", file, "resubmit", ids[0].String())
+	assert.Equal(t, exitError, r.code)
+	assert.Contains(t, r.stderr, "cannot be resubmitted")
+}
+
+// TestResubmitUnknownNeedsForce: a record whose attempt may have been
+// applied is resubmitted only with --force.
+func TestResubmitUnknownNeedsForce(t *testing.T) {
+	srv := newServer(t, idem.DefaultKeyHeader, 0, nil) // closes the connection: ambiguous
+	file, ids := queueFile(t, intent(t, srv.URL+"/pay?token=s3cret", "x"))
+	r := ok(t, file, "drain", "--max-attempts", "1", "--timeout", "10s")
+	assert.Contains(t, r.stdout, "1 failed")
+
+	var v recordView
+	require.NoError(t, jsonOf(ok(t, file, "show", "--json", ids[0].String()), &v))
+	require.Equal(t, "unknown", v.Outcome)
+	assert.True(t, v.Ambiguous)
+
+	r = idemq(t, nil, "--file", file, "resubmit", ids[0].String())
+	assert.Equal(t, exitError, r.code)
+	assert.Contains(t, r.stderr, "outcome unknown")
+	assert.Contains(t, r.stderr, "--force")
+	assert.Empty(t, listed(t, ok(t, file, "ls", "--json", "--state", "pending")))
+
+	r = ok(t, file, "resubmit", "--force", ids[0].String())
+	assert.Contains(t, r.stdout, "resubmitted 1 as ")
+}
+
+func TestResetClock(t *testing.T) {
+	file, _ := queueFile(t, intent(t, secretURL, "a"))
+	r := ok(t, file, "reset-clock")
+	assert.Regexp(t, `^clock mark reset: (none|\S+Z) -> \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n$`, r.stdout)
+	first := r.stdout[len(r.stdout)-len("2006-01-02T15:04:05Z\n"):]
+	r = ok(t, file, "reset-clock")
+	assert.Contains(t, r.stdout, "clock mark reset: "+first[:len(first)-1]+" -> ", "the mark was kept in the file")
+}

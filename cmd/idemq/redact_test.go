@@ -1,0 +1,48 @@
+package main
+
+import "testing"
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"https://h/p", "https://h/p"},
+		{"http://127.0.0.1:1/pay?token=s3cret", "http://127.0.0.1:1/pay"},
+		{"https://u:pw@h/p?k=v#f", "https://redacted@h/p"},
+		{"https://h/p?", "https://h/p"},
+		{"https://h/p#s3cret", "https://h/p"},
+		{"http://h/%zz", "(unparsable URL)"},
+	}
+	for _, tt := range tests {
+		if got := redactURL(tt.in); got != tt.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestScrub(t *testing.T) {
+	const raw = "https://h/p?token=s3cret"
+	tests := []struct{ in, want string }{
+		{`Post "https://h/p?token=s3cret": EOF`, `Post "https://h/p": EOF`},
+		{"status 400", "status 400"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := scrub(tt.in, raw); got != tt.want {
+			t.Errorf("scrub(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestKeyPrefix(t *testing.T) {
+	tests := []struct{ key, want string }{
+		{"3f2a9c1e-0b7d-4e55-9a61-2c3d4e5f6a7b", "3f2a9c1e…"},
+		{"order-0000000042", "order-00…"}, // 16: half shown
+		{"order-000000042", ""},           // 15: hidden
+		{"k", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := keyPrefix(tt.key); got != tt.want {
+			t.Errorf("keyPrefix(%q) = %q, want %q", tt.key, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idem-go/idem/queue"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the command ran and failed
+	exitUsage = 2 // the command line was wrong
+)
+
+// keepAll is the Options.KeepSettled idemq opens a queue with: longer than
+// any application keeps settled records, so that opening a file to look at
+// it, or draining it, never removes records the application would keep.
+// Their removal stays the application's.
+const keepAll = 100 * 365 * 24 * time.Hour
+
+// app is one invocation: the global flags and where output goes.
+type app struct {
+	file        string
+	lockTimeout time.Duration
+	stdout      io.Writer
+	stderr      io.Writer
+	now         func() time.Time
+	// started is set once the command line parsed and a command began to
+	// run: an error before that is a usage error.
+	started bool
+}
+
+// usageError is a command line that is wrong; it exits with exitUsage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// run runs idemq with args and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, now: time.Now}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "idemq: %v\n", err)
+	var ue usageError
+	if a.started && !errors.As(err, &ue) {
+		return exitError
+	}
+	fmt.Fprintf(stderr, "Run '%s -h' for usage.\n", cmd.CommandPath())
+	return exitUsage
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "idemq",
+		Short: "Operate an idem queue file",
+		Long: `idemq looks into and acts on the durable queue of an idem application: a bbolt
+file written by github.com/idem-go/idem/queue.
+
+The queue file is given with --file or $IDEMQ_FILE. Only bbolt files are
+supported today; a PostgreSQL DSN will be accepted here once the fleet store
+exists.
+
+One process at a time opens a queue file. A file a running application (or
+another idemq) holds is refused after --lock-timeout with a message naming it,
+never waited on for long. There is no read-only mode yet: every command,
+ls and show included, opens the file as the queue package does, which returns
+records a crash left in flight to pending. idemq never removes settled records
+the application keeps, and never prints a URL's query, fragment or user info,
+a request body or more than a short prefix of an idempotency key.
+
+Exit codes: 0 ok, 1 error, 2 usage.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			a.started = true
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVarP(&a.file, "file", "f", os.Getenv("IDEMQ_FILE"), "queue file (bbolt); default $IDEMQ_FILE")
+	pf.DurationVar(&a.lockTimeout, "lock-timeout", 2*time.Second, "how long to wait for a file another process holds")
+	root.AddCommand(
+		a.lsCommand(), a.showCommand(), a.statsCommand(),
+		a.discardCommand(), a.resubmitCommand(), a.resetClockCommand(),
+		a.drainCommand(),
+	)
+	return root
+}
+
+// open opens the queue file with opts, after checking that it exists:
+// queue.Open would create a file that does not, and an operator's typo
+// should not become an empty queue.
+func (a *app) open(opts queue.Options) (*queue.Queue, error) {
+	switch {
+	case a.file == "":
+		return nil, usagef("no queue file: pass --file or set IDEMQ_FILE")
+	case strings.Contains(a.file, "://") || strings.HasPrefix(a.file, "postgres"):
+		return nil, usagef("%s: only bbolt queue files are supported; PostgreSQL comes with the fleet store", a.file)
+	case a.lockTimeout <= 0:
+		return nil, usagef("--lock-timeout %v: want a positive duration", a.lockTimeout)
+	}
+	fi, err := os.Stat(a.file)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("%s: no such queue file", a.file)
+	case err != nil:
+		return nil, err
+	case fi.IsDir():
+		return nil, fmt.Errorf("%s is a directory, not a queue file", a.file)
+	}
+	opts.LockTimeout = a.lockTimeout
+	opts.KeepSettled = keepAll
+	q, err := queue.Open(a.file, opts)
+	if errors.Is(err, queue.ErrLocked) {
+		return nil, fmt.Errorf("%s is held by another process (the application, or another idemq); gave up after %v: stop it, or try again when it is done", a.file, a.lockTimeout)
+	}
+	return q, err
+}
+
+// withQueue opens the queue with opts, runs fn and closes the queue.
+func (a *app) withQueue(opts queue.Options, fn func(*queue.Queue) error) error {
+	q, err := a.open(opts)
+	if err != nil {
+		return err
+	}
+	err = fn(q)
+	if cerr := q.Close(); err == nil && cerr != nil && !errors.Is(cerr, queue.ErrClosed) {
+		err = cerr
+	}
+	return err
+}

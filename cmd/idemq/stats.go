@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/idem-go/idem/queue"
+)
+
+// horizonFlags are the application's Options.Retention and Margin, which
+// idemq cannot read from the file: stats judges the horizon by them and
+// drain sends by them.
+type horizonFlags struct {
+	retention, margin time.Duration
+}
+
+func (h *horizonFlags) add(fl *pflag.FlagSet) {
+	fl.DurationVar(&h.retention, "retention", queue.DefaultRetention, "how long the server keeps a key: the application's Options.Retention")
+	fl.DurationVar(&h.margin, "margin", queue.DefaultMargin, "kept off retention: the application's Options.Margin")
+}
+
+func (h horizonFlags) check() error {
+	if h.retention <= 0 || h.margin < 0 || h.margin >= h.retention {
+		return usagef("--retention %v, --margin %v: want 0 <= margin < retention", h.retention, h.margin)
+	}
+	return nil
+}
+
+// deadline is when the server may forget the key of a record first sent at
+// first; the queue starts no attempt that could end after it.
+func (h horizonFlags) deadline(first time.Time) time.Time {
+	return first.Add(h.retention - h.margin)
+}
+
+// statsView is what stats reports.
+type statsView struct {
+	File          string         `json:"file"`
+	Counts        map[string]int `json:"counts"`
+	Total         int            `json:"total"`
+	OldestPending float64        `json:"oldest_pending_seconds"`
+	Horizon       horizonView    `json:"horizon"`
+}
+
+// horizonView lists the pending records whose horizon is near: sent before,
+// so the server's memory of their key runs out at FirstSentAt + Retention -
+// Margin, and that comes within Within (or has passed: such a record expires
+// at its next attempt).
+type horizonView struct {
+	Retention string     `json:"retention"`
+	Margin    string     `json:"margin"`
+	Within    string     `json:"within"`
+	AtRisk    []queue.ID `json:"at_risk"`
+	Soonest   *time.Time `json:"soonest_deadline,omitempty"`
+}
+
+func (a *app) statsCommand() *cobra.Command {
+	var (
+		h      horizonFlags
+		within time.Duration
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Count records per state; the oldest pending; the horizon at risk",
+		Long: `stats counts the records in each state, says how long the oldest unsettled
+record has waited, and lists the pending records at risk of the horizon: those
+an attempt reached the server with, whose key the server may forget
+(FirstSentAt + retention - margin) within --within or already. Such a record
+expires at its next attempt once past it. Give --retention and --margin as
+the application sets them in queue.Options; the defaults are the queue's.`,
+		Example: "  idemq -f intents.db stats\n  idemq -f intents.db stats --retention 48h --within 6h --json",
+		Args:    noArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			if err := h.check(); err != nil {
+				return err
+			}
+			if within < 0 {
+				return usagef("--within %v: want a duration of 0 or more", within)
+			}
+			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
+				v, err := a.stats(q, h, within)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(a, v)
+				}
+				return a.statsText(v)
+			})
+		},
+	}
+	fl := cmd.Flags()
+	h.add(fl)
+	fl.DurationVar(&within, "within", time.Hour, "report records whose horizon comes within this long")
+	fl.BoolVar(&asJSON, "json", false, "write JSON instead of text")
+	return cmd
+}
+
+func (a *app) stats(q *queue.Queue, h horizonFlags, within time.Duration) (statsView, error) {
+	v := statsView{File: a.file, Counts: map[string]int{}}
+	counts, err := q.Counts()
+	if err != nil {
+		return v, err
+	}
+	for _, s := range allStates() {
+		v.Counts[stateName(s)] = counts[s]
+		v.Total += counts[s]
+	}
+	oldest, err := q.OldestPending()
+	if err != nil {
+		return v, err
+	}
+	v.OldestPending = oldest.Seconds()
+
+	v.Horizon = horizonView{Retention: h.retention.String(), Margin: h.margin.String(), Within: within.String(), AtRisk: []queue.ID{}}
+	pending, err := list(q, lsFilter{states: []queue.State{queue.Pending}}, a.now())
+	if err != nil {
+		return v, err
+	}
+	limit := a.now().Add(within)
+	for _, r := range pending {
+		if r.FirstSentAt.IsZero() {
+			continue // never reached the server: no horizon
+		}
+		d := h.deadline(r.FirstSentAt)
+		if d.After(limit) {
+			continue
+		}
+		v.Horizon.AtRisk = append(v.Horizon.AtRisk, r.ID)
+		if v.Horizon.Soonest == nil || d.Before(*v.Horizon.Soonest) {
+			v.Horizon.Soonest = timeOrNil(d)
+		}
+	}
+	return v, nil
+}
+
+func (a *app) statsText(v statsView) error {
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 1, ' ', 0)
+	fmt.Fprintf(w, "file:\t%s\n", v.File)
+	for _, s := range allStates() {
+		fmt.Fprintf(w, "%s:\t%d\n", stateName(s), v.Counts[stateName(s)])
+	}
+	fmt.Fprintf(w, "total:\t%d\n", v.Total)
+	oldest := "-"
+	if v.OldestPending > 0 {
+		oldest = fmtAge(time.Duration(v.OldestPending * float64(time.Second)))
+	}
+	fmt.Fprintf(w, "oldest pending:\t%s\n", oldest)
+	hz := v.Horizon
+	fmt.Fprintf(w, "horizon at risk:\t%d within %s (retention %s, margin %s)\n", len(hz.AtRisk), hz.Within, hz.Retention, hz.Margin)
+	if len(hz.AtRisk) > 0 {
+		ids := hz.AtRisk
+		more := ""
+		if len(ids) > 10 {
+			ids, more = ids[:10], fmt.Sprintf(" and %d more", len(hz.AtRisk)-10)
+		}
+		fmt.Fprintf(w, "  records:\t%v%s\n", ids, more)
+		fmt.Fprintf(w, "  soonest:\t%s\n", fmtTime(hz.Soonest, a.now()))
+	}
+	return w.Flush()
+}
