@@ -24,6 +24,9 @@ import (
 // Unknown if an attempt was ambiguous), since when the server saw the key
 // cannot be told.
 func (q *Queue) ResetClock(ctx context.Context) error {
+	if q.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

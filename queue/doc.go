@@ -86,7 +86,10 @@
 // sharing on Windows; on Solaris and AIX only bbolt's own lock, which
 // compaction lets go for a moment). The lock file stays when the queue
 // closes: leave it, since removing it while a queue is open lets a second
-// one in. A compaction writes a temporary file beside the queue file, named
+// one in. Options.ReadOnly opens a file only to read it, as an operator's
+// tool does: it takes the lock shared, so read-only Queues share a file with
+// each other but not with one that writes, and it changes nothing in the
+// file. A compaction writes a temporary file beside the queue file, named
 // path + ".compact-" and a random part; Open removes those a crash left.
 //
 // Every record is stored with a CRC-32C, which Open checks. A record found

@@ -104,6 +104,9 @@ func (q *Queue) Wake() {
 // up to Options.Workers; within a lane, records go one at a time in enqueue
 // order, one attempt per lease. Only one Run may drain a queue at a time.
 func (q *Queue) Run(ctx context.Context) error {
+	if q.opts.ReadOnly {
+		return ErrReadOnly // nothing could be recorded
+	}
 	q.mu.Lock()
 	switch {
 	case q.closing:

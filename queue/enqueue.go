@@ -28,6 +28,9 @@ import (
 // with one generated-key Intent queue it twice (the server still applies it
 // once).
 func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
+	if q.opts.ReadOnly {
+		return 0, ErrReadOnly
+	}
 	return q.enqueue(ctx, in, nil)
 }
 

@@ -31,6 +31,9 @@ var (
 	ErrRunning = errors.New("queue: already running")
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("queue: file locked by another process")
+	// ErrReadOnly is returned by Enqueue, Run, Wait, Discard, Resubmit and
+	// ResetClock on a Queue opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("queue: opened read-only")
 	// ErrDamaged is returned by Open, and by reads, when the file or a
 	// record in it is damaged. Open never writes to a file it cannot read;
 	// a damaged record in a readable file it quarantines instead (see

@@ -22,7 +22,8 @@ const lockPoll = 5 * time.Millisecond
 // errHeld is returned by tryLock while another opener holds the lock.
 var errHeld = errors.New("lock held")
 
-// lock takes the lock file of the queue file at path, waiting up to
+// lock takes the lock file of the queue file at path, shared for a
+// read-only Queue and exclusive otherwise, waiting up to
 // o.LockTimeout for another opener to let it go. Closing the file returned
 // lets the lock go. The wait is timed by the real clock: Options.now is the
 // records' clock, which a test may stop.
@@ -33,7 +34,7 @@ func lock(path string, o Options) (*os.File, error) {
 	}
 	deadline := time.Now().Add(o.LockTimeout)
 	for {
-		f, err := tryLock(path+lockSuffix, openFile)
+		f, err := tryLock(path+lockSuffix, openFile, o.ReadOnly)
 		switch {
 		case err == nil:
 			return f, nil

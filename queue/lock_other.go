@@ -9,6 +9,9 @@ import "os"
 // fcntl's, held by the process and dropped when any of its files on the
 // lock closes): only bbolt's own lock guards the queue file, which Open's
 // compaction lets go for a moment.
-func tryLock(name string, openFile func(string, int, os.FileMode) (*os.File, error)) (*os.File, error) {
+func tryLock(name string, openFile func(string, int, os.FileMode) (*os.File, error), shared bool) (*os.File, error) {
+	if shared {
+		return openFile(name, os.O_RDONLY|os.O_CREATE, 0o600)
+	}
 	return openFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 }

@@ -10,15 +10,20 @@ import (
 )
 
 // tryLock opens the lock file name, creating it (mode 0600), and takes an
-// exclusive flock on it without waiting: errHeld if another open file holds
-// it, in this process or another.
-func tryLock(name string, openFile func(string, int, os.FileMode) (*os.File, error)) (*os.File, error) {
-	f, err := openFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+// exclusive flock on it, or a shared one, without waiting: errHeld if
+// another open file holds it, in this process or another, in a mode that
+// excludes this one.
+func tryLock(name string, openFile func(string, int, os.FileMode) (*os.File, error), shared bool) (*os.File, error) {
+	flag, how := os.O_RDWR|os.O_CREATE, syscall.LOCK_EX
+	if shared {
+		flag, how = os.O_RDONLY|os.O_CREATE, syscall.LOCK_SH
+	}
+	f, err := openFile(name, flag, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if !errors.Is(err, syscall.EINTR) {
 			break
 		}

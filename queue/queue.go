@@ -84,6 +84,14 @@ type Options struct {
 	// the queue has seen before sends are held; 0 means
 	// DefaultClockTolerance.
 	ClockTolerance time.Duration
+	// ReadOnly opens the file only to read it, as an operator's tool does:
+	// the file must exist; nothing in it changes (records left in flight by
+	// a crash are shown in flight, damaged records are not quarantined,
+	// nothing is swept or compacted); Get, List, Counts and OldestPending
+	// work and every call that would write returns ErrReadOnly. Several
+	// read-only Queues may share a file, but not with a Queue that writes:
+	// each waits Options.LockTimeout for the other, then gives ErrLocked.
+	ReadOnly bool
 	// Notify, if not nil, is called for every Event, from the drainer's
 	// goroutines (from Wake's and ResetClock's callers for the events they
 	// cause), with no lock held. It must not block for long. It may call
@@ -211,6 +219,11 @@ func Open(path string, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("queue: read-only: %w", err)
+		}
+	}
 	lf, err := lock(path, o)
 	if err != nil {
 		return nil, err
@@ -225,7 +238,9 @@ func Open(path string, opts Options) (*Queue, error) {
 
 // openLocked is Open once the lock file lf is locked.
 func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
-	removeCompactions(path)
+	if !o.ReadOnly {
+		removeCompactions(path)
+	}
 	db, err := openDB(path, o)
 	if err != nil {
 		return nil, err
@@ -243,6 +258,9 @@ func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
 	if err := q.recover(); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if o.ReadOnly {
+		return q, nil
 	}
 	if err := q.maybeCompact(); err != nil {
 		q.db.Close()
@@ -265,7 +283,7 @@ func openDB(path string, o Options) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("%w: %s: %v", ErrDamaged, path, p)
 		}
 	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile})
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile, ReadOnly: o.ReadOnly})
 	var pathErr *fs.PathError
 	switch {
 	case err == nil:

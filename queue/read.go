@@ -84,6 +84,9 @@ func (q *Queue) Counts() (map[State]int, error) {
 // ctx's error. It returns at once for a settled record, ErrDiscarded if the
 // record is discarded while it waits, and ErrClosed if the queue closes.
 func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
+	if q.opts.ReadOnly {
+		return nil, ErrReadOnly // no drainer will settle anything
+	}
 	ch := make(chan *Record, 1)
 	q.mu.Lock()
 	if q.closed {
@@ -138,6 +141,9 @@ func (q *Queue) unwait(id ID, ch chan *Record) {
 // outcome unknown: that is the operator's to reconcile. A Wait for the
 // record returns ErrDiscarded.
 func (q *Queue) Discard(id ID) error {
+	if q.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	var (
 		r    *Record
 		size int
@@ -190,6 +196,9 @@ func (q *Queue) discarded(id ID) {
 // the operation a second time if the first attempt did, which only the
 // operator can judge.
 func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
+	if q.opts.ReadOnly {
+		return 0, ErrReadOnly
+	}
 	old, err := q.Get(id)
 	if err != nil {
 		return 0, err

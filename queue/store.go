@@ -268,7 +268,11 @@ func (q *Queue) recover() (err error) {
 		}
 	}()
 	now := q.opts.now()
-	err = q.db.Update(func(tx *bolt.Tx) error {
+	txn := q.db.Update
+	if q.opts.ReadOnly {
+		txn = q.db.View
+	}
+	err = txn(func(tx *bolt.Tx) error {
 		q.idx = index{lanes: map[string]*lane{}}
 		b, err := open(tx)
 		if err != nil {
@@ -278,6 +282,9 @@ func (q *Queue) recover() (err error) {
 		case 0:
 			if b.records.Stats().KeyN > 0 {
 				return fmt.Errorf("%w: %s has records but no layout version", ErrDamaged, q.path)
+			}
+			if q.opts.ReadOnly {
+				break
 			}
 			if err := putUint(b.meta, metaSchema, schemaVersion); err != nil {
 				return err
@@ -291,6 +298,9 @@ func (q *Queue) recover() (err error) {
 	})
 	if err != nil {
 		return err
+	}
+	if q.opts.ReadOnly {
+		return nil
 	}
 	for _, l := range q.idx.lanes {
 		l.nextAt = now
@@ -333,6 +343,9 @@ func (q *Queue) scan(b buckets, now time.Time) error {
 		if r != nil {
 			stale = append(stale, r)
 		}
+	}
+	if q.opts.ReadOnly { // shown as stored: damaged records stay out of the index
+		return nil
 	}
 	// Written after the scan: a cursor does not survive writes to its
 	// bucket.

@@ -61,7 +61,7 @@ func (a *app) lsCommand() *cobra.Command {
 			if f.limit < 0 || f.olderThan < 0 {
 				return usagef("--limit and --older-than must not be negative")
 			}
-			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
+			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
 				recs, err := list(q, f, a.now())
 				if err != nil {
 					return err

@@ -181,3 +181,23 @@ func TestLockedFile(t *testing.T) {
 		})
 	}
 }
+
+// TestReadCommandsAreReadOnly: ls, show and stats open the file read-only:
+// the file is left byte for byte as it was, and they run beside another
+// reader of the same file.
+func TestReadCommandsAreReadOnly(t *testing.T) {
+	file, _ := queueFile(t, intent(t, secretURL, "a"), intent(t, secretURL, "b"))
+	before, err := os.ReadFile(file)
+	require.NoError(t, err)
+	reader, err := queue.Open(file, queue.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer reader.Close()
+	for _, args := range [][]string{{"ls"}, {"show", "1"}, {"stats"}} {
+		ok(t, file, args...)
+	}
+	after, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(before, after), "a read command changed the file")
+	r := idemq(t, nil, "--file", file, "--lock-timeout", "200ms", "discard", "1")
+	assert.Equal(t, exitError, r.code, "a command that writes waits for the reader")
+}

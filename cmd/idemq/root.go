@@ -80,13 +80,15 @@ The queue file is given with --file or $IDEMQ_FILE. Only bbolt files are
 supported today; a PostgreSQL DSN will be accepted here once the fleet store
 exists.
 
-One process at a time opens a queue file. A file a running application (or
-another idemq) holds is refused after --lock-timeout with a message naming it,
-never waited on for long. There is no read-only mode yet: every command,
-ls and show included, opens the file as the queue package does, which returns
-records a crash left in flight to pending. idemq never removes settled records
-the application keeps, and never prints a URL's query, fragment or user info,
-a request body or more than a short prefix of an idempotency key.
+A file a running application holds is refused after --lock-timeout with a
+message naming it, never waited on for long: bbolt lets no one read a file
+another process writes. ls, show and stats open the file read-only: they
+change nothing in it (a record a crash left in flight is shown in flight), and
+several may run at once. discard, resubmit, reset-clock and drain open it as
+the application does, which returns records a crash left in flight to
+pending. idemq never removes settled records the application keeps, and never
+prints a URL's query, fragment or user info, a request body or more than a
+short prefix of an idempotency key.
 
 Exit codes: 0 ok, 1 error, 2 usage.`,
 		SilenceErrors: true,

@@ -29,7 +29,7 @@ A shorter key is not shown at all; key_source says whether there is one.`,
 			if err != nil {
 				return err
 			}
-			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
+			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
 				r, err := q.Get(id)
 				if err != nil {
 					return err

@@ -81,7 +81,7 @@ the application sets them in queue.Options; the defaults are the queue's.`,
 			if within < 0 {
 				return usagef("--within %v: want a duration of 0 or more", within)
 			}
-			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
+			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
 				v, err := a.stats(q, h, within)
 				if err != nil {
 					return err
