@@ -185,7 +185,9 @@ type Facts struct {
 // An HTTP/2 stream the server refused (REFUSED_STREAM) or left above a
 // GOAWAY's last stream id was never processed; net/http resends those itself
 // when the body can be replayed, which it always can for an Intent, so they
-// reach Classify only as a later outcome of the same attempt.
+// reach Classify only as a later outcome of the same attempt, with
+// Wire.Resent set: httptrace cannot tell them from a stream the server reset
+// after reading it, so the attempt is in doubt, the safe side.
 func Classify(f Facts) Class {
 	if f.Err != nil {
 		switch {

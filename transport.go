@@ -2,6 +2,8 @@ package idem
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -62,6 +64,10 @@ type Transport struct {
 // RoundTrip implements http.RoundTripper. It does not modify req, and it
 // closes req.Body, as the interface requires.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		closeBody(req)
+		return nil, errors.New("idem: Transport: request has no URL")
+	}
 	p, err := t.Policy.withDefaults()
 	if err != nil {
 		closeBody(req)
@@ -91,6 +97,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.logsURL() {
 		r.url = req.URL.String()
 	}
+	// A hop of a redirect http.Client follows: what the earlier hops left
+	// in doubt stays in doubt, and when the redirect made the request a GET
+	// (a 303, or a 301 or 302 to a write), the write's own answer stands.
+	prev, changed := earlierHop(req)
+	if prev != nil {
+		r.ambiguous = prev.inDoubt || (changed && prev.outcome != NotApplied)
+	}
 	ctx := req.Context()
 	resp, d, e := r.loop(ctx)
 	if !r.reqUsed {
@@ -102,6 +115,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		if rep != nil {
 			*rep = Report{Outcome: e.Outcome, Err: e, Attempts: e.Attempts}
+			if changed {
+				rep.Outcome = prev.outcome
+			}
 		}
 		return nil, e
 	}
@@ -114,8 +130,52 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.obs.finish(ctx, &r, out, replayed, e)
 	if rep != nil {
 		*rep = Report{Outcome: out, Replayed: replayed, Err: e, Attempts: slices.Clone(r.attempts)}
+		if changed {
+			rep.Outcome = prev.outcome // the write's, not the GET's
+		}
+	}
+	if isRedirect(resp.StatusCode) {
+		resp.Body = &hopBody{ReadCloser: resp.Body, hop: hop{outcome: out, inDoubt: r.ambiguous}}
 	}
 	return resp, nil
+}
+
+// hop is what one RoundTrip concluded, for the next hop of a redirect.
+type hop struct {
+	outcome Outcome
+	inDoubt bool
+}
+
+// hopBody carries a redirect's hop to the RoundTrip of the next hop, which
+// finds it as Request.Response.Body: http.Client hands the redirect's
+// response on with the request it makes to follow it.
+type hopBody struct {
+	io.ReadCloser
+	hop hop
+}
+
+// earlierHop returns what the RoundTrip of the redirect req follows
+// concluded, if this Transport made it, and whether the redirect changed the
+// method (a write followed by a GET).
+func earlierHop(req *http.Request) (*hop, bool) {
+	if req.Response == nil {
+		return nil, false
+	}
+	hb, ok := req.Response.Body.(*hopBody)
+	if !ok {
+		return nil, false
+	}
+	changed := req.Response.Request != nil && req.Response.Request.Method != req.Method
+	return &hb.hop, changed
+}
+
+func isRedirect(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
 }
 
 // Report is what a Transport learned about one RoundTrip: the outcome
@@ -125,7 +185,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 //
 // Attach a Report to a request's context with WithReport; RoundTrip fills it
 // in before it returns. An http.Client that follows redirects makes one
-// RoundTrip per hop, each filling the same Report: it describes the last.
+// RoundTrip per hop, each filling the same Report: it describes the last,
+// but an earlier hop's doubt carries over, and when the redirect made a
+// write a GET (a 303, or a 301 or 302), Outcome stays the write's own.
 // Read it after the call returns, from the goroutine that made it.
 type Report struct {
 	// Outcome is the operation's outcome: Applied, AlreadyApplied,

@@ -252,3 +252,11 @@ func TestTransportReport(t *testing.T) {
 		assert.Equal(t, NoOutcome, rep.Outcome, "the zero Report has no outcome yet")
 	})
 }
+
+// TestTransportNilURL: a request without a URL gets an error, as from
+// net/http, not a panic.
+func TestTransportNilURL(t *testing.T) {
+	tr, _ := testTransport(t, nil)
+	_, err := tr.RoundTrip(&http.Request{Method: "GET", Header: http.Header{}})
+	assert.ErrorContains(t, err, "no URL")
+}

@@ -131,3 +131,22 @@ func httptestRequest(t *testing.T, ctx context.Context, method, url, body string
 	require.NoError(t, err)
 	return req
 }
+
+// TestRecorderRedirectIsNotResent: a redirect net/http follows takes a new
+// connection after an answer, which is no resend.
+func TestRecorderRedirectIsNotResent(t *testing.T) {
+	var mux http.ServeMux
+	mux.HandleFunc("/a", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/b", http.StatusTemporaryRedirect) })
+	mux.HandleFunc("/b", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) })
+	srv := httptest.NewServer(&mux)
+	defer srv.Close()
+	tr := &http.Transport{DisableKeepAlives: true} // each hop on a new connection
+	defer tr.CloseIdleConnections()
+	rec := New()
+	req := httptestRequest(t, rec.WithContext(context.Background()), "POST", srv.URL+"/a", "x")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 404, resp.StatusCode)
+	assert.Equal(t, Facts{Conns: 2, WroteHeaders: true, WroteRequest: true}, rec.Facts())
+}
