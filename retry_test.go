@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -147,4 +148,30 @@ func TestBudgetConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, DefaultBudgetTokens, granted, "a full budget allows exactly capacity retries")
 	assert.Equal(t, 0, b.Tokens())
+}
+
+// TestBudgetRefilledOnlyByServedAnswers: a 429 the server says not to retry
+// ends the operation but is no served answer; a 404 is.
+func TestBudgetRefilledOnlyByServedAnswers(t *testing.T) {
+	tests := []struct {
+		name   string
+		steps  []step
+		tokens int // left of a budget of 2 after one retry
+	}{
+		{"429 then 429 with Stripe-Should-Retry false", []step{answer(429), answer(429, "Stripe-Should-Retry", "false")}, 1},
+		{"503 then 404", []step{answer(503), answer(404)}, 2},
+		{"503 then 201", []step{answer(503), answer(201)}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, tt.steps...)
+			c, _ := testClient(t, nil)
+			c.Budget = NewBudget(2)
+			res, err := c.Do(context.Background(), mustIntent(t, "PUT", srv.URL, "x"))
+			if err == nil {
+				res.Response.Body.Close()
+			}
+			assert.Equal(t, tt.tokens, c.Budget.Tokens())
+		})
+	}
 }

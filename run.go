@@ -66,7 +66,7 @@ func (r *run) loop(ctx context.Context) (*http.Response, Decision, *Error) {
 			}
 			return nil, d, r.fail(r.outcome(), reason, 0, err)
 		}
-		if d.Action != ActionRetry && resp != nil && d.Class != ClassAmbiguous {
+		if d.Action != ActionRetry && servedAnswer(d.Class) {
 			r.budget.answered() // the server is answering
 		}
 		switch {
@@ -121,6 +121,17 @@ func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
 		}
 	}
 	return resp, d, nil
+}
+
+// servedAnswer reports whether an attempt of class c was answered by a
+// server at work: a success or a refusal of the request itself, not an
+// outage's 5xx, a 429 or 409 that asks for later, nor a failure to send.
+func servedAnswer(c Class) bool {
+	switch c {
+	case ClassApplied, ClassAlreadyApplied, ClassRejected, ClassKeyReused:
+		return true
+	}
+	return false
 }
 
 // ownAnswer returns the answer to the request itself: when net/http followed
