@@ -68,72 +68,55 @@ func TestRedirectSameHostThenCrossHost(t *testing.T) {
 	assert.False(t, in.ambiguous.Load(), "a followed redirect leaves nothing in doubt")
 }
 
-// Transport in an http.Client (as documented, with RedirectPolicy):
-// POST answered 303 (applied) whose follow-up GET answers 404. The Report
-// says NotApplied of a write that happened.
-func TestTransportRedirect303Then404(t *testing.T) {
-	posts := 0
-	var mux http.ServeMux
-	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
-		posts++
-		http.Redirect(w, r, "/orders/1", http.StatusSeeOther)
-	})
-	mux.HandleFunc("GET /orders/1", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
-	srv := httptest.NewServer(&mux)
-	defer srv.Close()
-	tr, _ := testTransport(t, nil)
-	hc := &http.Client{Transport: tr, CheckRedirect: RedirectPolicy("", nil)}
-	var rep Report
-	req, _ := http.NewRequestWithContext(WithReport(context.Background(), &rep), "POST", srv.URL+"/orders", strings.NewReader("x"))
-	req.Header.Set("Idempotency-Key", "k-1")
-	resp, err := hc.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, 1, posts)
-	assert.NotEqual(t, NotApplied, rep.Outcome, "the POST was applied (303)")
-}
-
-// POST answered 302 (Unknown per the table) whose follow-up GET is 200.
-func TestTransportRedirect302Then200(t *testing.T) {
-	var mux http.ServeMux
-	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/orders/1", http.StatusFound) })
-	mux.HandleFunc("GET /orders/1", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
-	srv := httptest.NewServer(&mux)
-	defer srv.Close()
-	tr, _ := testTransport(t, nil)
-	hc := &http.Client{Transport: tr, CheckRedirect: RedirectPolicy("", nil)}
-	var rep Report
-	req, _ := http.NewRequestWithContext(WithReport(context.Background(), &rep), "POST", srv.URL+"/orders", strings.NewReader("x"))
-	req.Header.Set("Idempotency-Key", "k-1")
-	resp, err := hc.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, Unknown, rep.Outcome, "Client.Do says Unknown + ErrRedirected for this exchange")
-}
-
-// PUT: 503 (ambiguous), retried: 307 same host, followed: 404.
-func TestTransportRedirectAfterAmbiguous(t *testing.T) {
-	n := 0
-	var mux http.ServeMux
-	mux.HandleFunc("PUT /a", func(w http.ResponseWriter, r *http.Request) {
-		n++
-		if n == 1 {
-			w.WriteHeader(503)
-			return
-		}
-		http.Redirect(w, r, "/b", http.StatusTemporaryRedirect)
-	})
-	mux.HandleFunc("PUT /b", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
-	srv := httptest.NewServer(&mux)
-	defer srv.Close()
-	tr, _ := testTransport(t, nil)
-	hc := &http.Client{Transport: tr, CheckRedirect: RedirectPolicy("", nil)}
-	var rep Report
-	req, _ := http.NewRequestWithContext(WithReport(context.Background(), &rep), "PUT", srv.URL+"/a", strings.NewReader("x"))
-	resp, err := hc.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, Unknown, rep.Outcome, "the first PUT may have applied")
+// TestTransportRedirectHops: a Transport in an http.Client (with
+// RedirectPolicy, as documented) sees each redirect hop as its own
+// RoundTrip; the Report must still tell the write's truth.
+func TestTransportRedirectHops(t *testing.T) {
+	tests := []struct {
+		name   string
+		method string
+		first  func(w http.ResponseWriter, r *http.Request, n int) // the write's URL, call n from 1
+		then   int                                                 // the status at /b
+		want   Outcome
+	}{
+		{"POST 303, its GET 404: the POST applied", "POST", func(w http.ResponseWriter, r *http.Request, _ int) {
+			http.Redirect(w, r, "/b", http.StatusSeeOther)
+		}, 404, Applied},
+		{"POST 302, its GET 200: done or moved, unknown", "POST", func(w http.ResponseWriter, r *http.Request, _ int) {
+			http.Redirect(w, r, "/b", http.StatusFound)
+		}, 200, Unknown},
+		{"PUT 503 then 307, then 404: the first PUT may have applied", "PUT", func(w http.ResponseWriter, r *http.Request, n int) {
+			if n == 1 {
+				w.WriteHeader(503)
+				return
+			}
+			http.Redirect(w, r, "/b", http.StatusTemporaryRedirect)
+		}, 404, Unknown},
+		{"POST 307, then 400: nothing in doubt", "POST", func(w http.ResponseWriter, r *http.Request, _ int) {
+			http.Redirect(w, r, "/b", http.StatusTemporaryRedirect)
+		}, 400, NotApplied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var writes atomic.Int32
+			var mux http.ServeMux
+			mux.HandleFunc("/a", func(w http.ResponseWriter, r *http.Request) { tt.first(w, r, int(writes.Add(1))) })
+			mux.HandleFunc("/b", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tt.then) })
+			srv := httptest.NewServer(&mux)
+			defer srv.Close()
+			tr, _ := testTransport(t, nil)
+			hc := &http.Client{Transport: tr, CheckRedirect: RedirectPolicy("", nil)}
+			var rep Report
+			req, err := http.NewRequestWithContext(WithReport(context.Background(), &rep), tt.method, srv.URL+"/a", strings.NewReader("x"))
+			require.NoError(t, err)
+			req.Header.Set("Idempotency-Key", "k-1")
+			resp, err := hc.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, tt.then, resp.StatusCode)
+			assert.Equal(t, tt.want, rep.Outcome)
+		})
+	}
 }
 
 // Transport in an http.Client with RedirectPolicy, as documented. The
