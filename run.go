@@ -108,7 +108,7 @@ func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
 	}
 	if resp != nil {
 		own := ownAnswer(resp, r.method)
-		f.Header = own.Header
+		att.Status, f.Status, f.Header = own.StatusCode, own.StatusCode, own.Header
 		f.RedirectOffHost = r.in != nil && r.hasKey && !IsSafe(r.method) && offHost(own, r.in.u.Host)
 	}
 	d := Decide(f)
@@ -200,7 +200,6 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 		}
 		return nil, att, nil
 	}
-	att.Status = ownAnswer(resp, r.method).StatusCode
 	if cancel != nil {
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	}
@@ -267,12 +266,7 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration,
 
 // outcome is the outcome if the run ended now without success: Unknown once
 // an attempt left the operation in doubt.
-func (r *run) outcome() Outcome {
-	if r.ambiguous {
-		return Unknown
-	}
-	return NotApplied
-}
+func (r *run) outcome() Outcome { return outcomeAfter(ClassNone, r.ambiguous) }
 
 // build returns the request of one attempt, with a fresh body.
 func (r *run) build(ctx context.Context) (*http.Request, error) {

@@ -113,12 +113,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if e != nil && resp == nil {
 		e.URL = req.URL.String()
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
-		if rep != nil {
-			*rep = Report{Outcome: e.Outcome, Err: e, Attempts: e.Attempts}
-			if changed {
-				rep.Outcome = prev.outcome
-			}
-		}
+		rep.fill(Report{Outcome: e.Outcome, Err: e, Attempts: e.Attempts}, prev, changed)
 		return nil, e
 	}
 	out := d.Outcome
@@ -129,10 +124,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	replayed := IsReplayed(resp.Header)
 	r.obs.finish(ctx, &r, out, replayed, e)
 	if rep != nil {
-		*rep = Report{Outcome: out, Replayed: replayed, Err: e, Attempts: slices.Clone(r.attempts)}
-		if changed {
-			rep.Outcome = prev.outcome // the write's, not the GET's
-		}
+		rep.fill(Report{Outcome: out, Replayed: replayed, Err: e, Attempts: slices.Clone(r.attempts)}, prev, changed)
 	}
 	if isRedirect(resp.StatusCode) {
 		resp.Body = &hopBody{ReadCloser: resp.Body, hop: hop{outcome: out, inDoubt: r.ambiguous}}
@@ -203,6 +195,18 @@ type Report struct {
 	Err *Error
 	// Attempts is the trail, first attempt first.
 	Attempts []Attempt
+}
+
+// fill sets *rep to r, keeping the write's own outcome when this RoundTrip
+// was the GET a redirect of it turned into (changed). A nil rep is a no-op.
+func (rep *Report) fill(r Report, prev *hop, changed bool) {
+	if rep == nil {
+		return
+	}
+	if changed {
+		r.Outcome = prev.outcome // the write's, not the GET's
+	}
+	*rep = r
 }
 
 // reportKey is the context key of a *Report.
