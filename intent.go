@@ -464,16 +464,17 @@ func checkHeader(name, value string) error {
 	if !isToken(name) {
 		return fmt.Errorf("%w: header name %q is not a valid token", ErrInvalidIntent, name)
 	}
-	switch canon := http.CanonicalHeaderKey(name); canon {
-	case "Authorization", "Cookie", "Proxy-Authorization", "Set-Cookie", "X-Api-Key", "Api-Key", "X-Auth-Token":
+	canon := http.CanonicalHeaderKey(name)
+	switch {
+	case canon == "Authorization", canon == "Cookie", canon == "Proxy-Authorization", canon == "Set-Cookie",
+		canon == "X-Api-Key", canon == "Api-Key", canon == "X-Auth-Token":
 		return fmt.Errorf("%w: %s: credentials are added per attempt by Client.Authorize, never stored in an intent", ErrSecretHeader, canon)
-	case "Host", "Content-Length":
+	case canon == "Host", canon == "Content-Length":
 		return fmt.Errorf("%w: header %s is managed by net/http", ErrInvalidIntent, canon)
-	case DefaultKeyHeader, "X-Idempotency-Key":
+	case canon == DefaultKeyHeader, canon == "X-Idempotency-Key":
 		return fmt.Errorf("%w: header %s: use WithKey", ErrInvalidIntent, canon)
-	}
-	if hopByHop(http.CanonicalHeaderKey(name)) {
-		return fmt.Errorf("%w: header %s is hop-by-hop: net/http manages or refuses it", ErrInvalidIntent, http.CanonicalHeaderKey(name))
+	case hopByHop(canon):
+		return fmt.Errorf("%w: header %s is hop-by-hop: net/http manages or refuses it", ErrInvalidIntent, canon)
 	}
 	return checkValue(name, value)
 }
