@@ -246,11 +246,6 @@ func TestTransportReport(t *testing.T) {
 		assert.Equal(t, NotApplied, rep.Outcome)
 		assert.Same(t, asError(t, err), rep.Err)
 	})
-
-	t.Run("zero Report", func(t *testing.T) {
-		var rep Report
-		assert.Equal(t, NoOutcome, rep.Outcome, "the zero Report has no outcome yet")
-	})
 }
 
 // TestTransportNilURL: a request without a URL gets an error, as from
