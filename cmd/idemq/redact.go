@@ -1,29 +1,18 @@
 package main
 
 import (
-	"net/url"
 	"strings"
+
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // redactURL returns raw without what may hold a secret: its query and
 // fragment go, and user info becomes "redacted", which shows credentials
 // were there without showing them. A URL that does not parse is not shown at
 // all, since which part of it is a secret cannot be told.
-//
-// It is the module's internal/redact.RawURL, which this module cannot
-// import; the two must agree, so that idemq shows a URL as the
-// application's logs and errors do.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if u.User != nil {
-		u.User = url.User("redacted")
-	}
-	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
-	return u.String()
-}
+// It is internal/redact's, so that idemq shows a URL as the application's
+// logs and errors do.
+func redactURL(raw string) string { return redact.RawURL(raw) }
 
 // scrub replaces the URL raw, wherever it appears in s, with its redacted
 // form. The queue stores errors and reasons without the URL's secrets
