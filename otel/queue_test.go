@@ -20,7 +20,7 @@ func TestObserveQueue(t *testing.T) {
 	require.NoError(t, err)
 
 	got := collect(t, reader)
-	assert.Equal(t, 0.0, got[MetricQueueOldestPending].points["-"], "%s of an empty queue", MetricQueueOldestPending)
+	assert.Equal(t, points{"-": 0}, got[MetricQueueOldestPending].points, "%s of an empty queue", MetricQueueOldestPending)
 
 	// No drainer runs: the records stay pending.
 	for range 3 {

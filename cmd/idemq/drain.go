@@ -85,8 +85,12 @@ func (f drainFlags) options() (queue.Options, error) {
 		return queue.Options{}, err
 	}
 	switch {
-	case f.maxAge < 0 || f.maxAttempts < 0 || f.workers < 0:
-		return queue.Options{}, usagef("--max-age, --max-attempts and --workers must not be negative")
+	case f.maxAge < 0:
+		return queue.Options{}, usagef("--max-age %v: want 0 or more", f.maxAge)
+	case f.maxAttempts < 0:
+		return queue.Options{}, usagef("--max-attempts %d: want 0 or more", f.maxAttempts)
+	case f.workers < 0:
+		return queue.Options{}, usagef("--workers %d: want 0 or more", f.workers)
 	case f.timeout <= 0:
 		return queue.Options{}, usagef("--timeout %v: want a positive duration", f.timeout)
 	case f.progress != "auto" && f.progress != "bar" && f.progress != "plain":

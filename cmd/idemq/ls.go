@@ -58,8 +58,11 @@ func (a *app) lsCommand() *cobra.Command {
 			if cmd.Flags().Changed("lane") {
 				f.lane = &lane
 			}
-			if f.limit < 0 || f.olderThan < 0 {
-				return usagef("--limit and --older-than must not be negative")
+			if f.limit < 0 {
+				return usagef("--limit %d: want 0 or more", f.limit)
+			}
+			if f.olderThan < 0 {
+				return usagef("--older-than %v: want 0 or more", f.olderThan)
 			}
 			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
 				recs, err := list(q, f, a.now())
