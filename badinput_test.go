@@ -91,7 +91,7 @@ func TestBadInputIntent(t *testing.T) {
 	}
 }
 
-// TestBadInputNilIntent passes a nil intent to Do, Attempt and a queue's
+// TestBadInputNilIntent passes a nil intent to Do, Resume and a queue's
 // Enqueue: each refuses it without a panic, and the queue keeps what it held.
 func TestBadInputNilIntent(t *testing.T) {
 	c := &idem.Client{}
@@ -99,7 +99,7 @@ func TestBadInputNilIntent(t *testing.T) {
 	assert.ErrorIs(t, err, idem.ErrInvalidIntent)
 	assert.EqualError(t, err, "idem: invalid intent: nil intent")
 
-	_, err = c.Attempt(context.Background(), nil, idem.History{})
+	_, err = c.Resume(context.Background(), nil, err)
 	assert.ErrorIs(t, err, idem.ErrInvalidIntent)
 	assert.EqualError(t, err, "idem: invalid intent: nil intent")
 

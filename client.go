@@ -1,11 +1,9 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -16,12 +14,6 @@ import (
 // DefaultKeyHeader is the header that carries the idempotency key unless
 // Client.KeyHeader names another.
 const DefaultKeyHeader = "Idempotency-Key"
-
-// newBody is a request body over an intent's bytes. It must stay an
-// io.NopCloser around a *bytes.Reader: net/http recognises that pair as held
-// in memory and sends headers and body in one write; any other type costs a
-// separate flush of the headers.
-func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
 
 // KeyFormat is how the key is written in its header.
 type KeyFormat uint8
@@ -127,8 +119,6 @@ type Result struct {
 	Response *http.Response
 	// Attempts is the trail, first attempt first.
 	Attempts []Attempt
-
-	first [1]Attempt // holds a one-attempt trail without another allocation
 }
 
 // Attempt is the record of one attempt.
@@ -169,29 +159,49 @@ func (a Attempt) String() string {
 // key) or NotApplied (errors.Is(err, ErrNotApplied): safe to try again).
 // Invalid arguments (a nil intent or context, a Policy with a negative field)
 // give an error that is not an *Error, before any attempt.
+//
+// Each Do is a run of its own and knows nothing of an earlier one: to run an
+// intent again after an Unknown outcome, use Resume.
 func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
+	return c.run(ctx, in, false)
+}
+
+// Resume runs the intent again after an earlier Do or Resume of it ended
+// with the error prior, as a caller reconciling an Unknown outcome does:
+// under the same key, a server that has the operation replays its answer.
+// Resume judges the answers in the light of the earlier run. When prior is an
+// *Error whose Outcome is Unknown, the operation is in doubt from the start:
+// a refusal now proves only that this run's attempts were not applied, so
+// only a success settles it, and a DELETE answered 404 or 410 is
+// AlreadyApplied (under DeleteAfterAmbiguous). For any other prior, Resume is
+// Do.
+func (c *Client) Resume(ctx context.Context, in *Intent, prior error) (*Result, error) {
+	var e *Error
+	return c.run(ctx, in, errors.As(prior, &e) && e.Outcome == Unknown)
+}
+
+// run runs in, in doubt from the start when inDoubt is set.
+func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, error) {
 	var r run
 	if err := c.initRun(&r, ctx, in); err != nil {
 		return nil, err
 	}
+	r.ambiguous = inDoubt
 	resp, d, e := r.loop(ctx)
 	if e != nil {
 		drain(resp)
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		return nil, e
 	}
-	res := &Result{Outcome: d.Outcome, Replayed: IsReplayed(ownAnswer(resp, r.method).Header), Response: resp}
-	if len(r.attempts) == 1 { // the common case: the trail lives in the Result
-		res.first[0] = r.attempts[0]
-		res.Attempts = res.first[:]
-	} else {
-		res.Attempts = slices.Clone(r.attempts)
+	res := &Result{
+		Outcome: d.Outcome, Replayed: IsReplayed(ownAnswer(resp, r.method).Header),
+		Response: resp, Attempts: slices.Clone(r.attempts),
 	}
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
 	return res, nil
 }
 
-// initRun validates the arguments of Do or Attempt and prepares r.
+// initRun validates the arguments of a run of in and prepares r.
 func (c *Client) initRun(r *run, ctx context.Context, in *Intent) error {
 	if in == nil {
 		return fmt.Errorf("%w: nil intent", ErrInvalidIntent)
@@ -204,115 +214,19 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent) error {
 		return err
 	}
 	*r = run{
-		engine: engine{
+		runConfig: runConfig{
 			policy: p, budget: c.budget.or(c.Budget), deletePolicy: c.DeletePolicy,
 			clock: clockOr(c.clock), rand: c.rand,
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
 		},
-		method: in.method, url: in.url, hasKey: in.HasKey(),
-		c: c, in: in, hc: c.httpClient(),
-		// An earlier Do of this intent may have reached the server: a 409
-		// now may be that attempt still running, not a refusal.
-		ambiguous: in.ambiguous.Load(),
+		s:      &intentSender{c: c, in: in, hc: c.httpClient()},
+		method: in.method, url: in.url, hasKey: in.HasKey(), host: in.u.Host,
 	}
 	return nil
 }
 
 // Stats returns the Client's counters.
 func (c *Client) Stats() Stats { return c.metrics.stats(c.budget.or(c.Budget)) }
-
-// request builds the request of one attempt: the intent's bytes and headers,
-// the key, and fresh credentials.
-func (c *Client) request(ctx context.Context, in *Intent) (*http.Request, error) {
-	// From the URL the intent parsed once: given the URL, NewRequest would
-	// parse it again on every attempt. Given "", it parses nothing and
-	// allocates the URL this copies the intent's into.
-	req, err := http.NewRequestWithContext(ctx, in.method, "", nil)
-	if err != nil {
-		return nil, fmt.Errorf("idem: building request: %w", err)
-	}
-	*req.URL = *in.u
-	req.Host = in.u.Host
-	for _, f := range in.header {
-		req.Header[f.name] = f.values // clipped at NewIntent: an append here copies
-	}
-	if in.body != nil {
-		body := in.body
-		req.ContentLength = int64(len(body))
-		req.Body = newBody(body)
-		// GetBody lets net/http follow a 307 or 308 with the body, as it
-		// does for NewRequest's bodies.
-		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
-	}
-	if in.HasKey() {
-		v := in.keyValues()
-		if c.KeyFormat == KeySFString {
-			v = []string{`"` + in.key[0] + `"`}
-		}
-		req.Header[keyHeaderName(c.KeyHeader)] = v
-	}
-	if c.Authorize != nil {
-		if err := c.Authorize(ctx, req); err != nil {
-			return nil, fmt.Errorf("idem: authorize: %w", err)
-		}
-		// The intent's own headers were checked by NewIntent; the hook's
-		// may hold what net/http would refuse, or let through to harm.
-		if err := checkRequestHeader(req.Header, true); err != nil {
-			return nil, fmt.Errorf("idem: authorize: %w", err)
-		}
-	}
-	return req, nil
-}
-
-// History is what earlier attempts of an intent showed, for an attempt made
-// with Client.Attempt by a caller that keeps the trail itself, such as a
-// queue across restarts.
-type History struct {
-	// Ambiguous reports that an earlier attempt left the operation in doubt
-	// (its Decision.InDoubt): from then on only a success settles it.
-	Ambiguous bool
-}
-
-// Step is the result of one attempt made by Client.Attempt.
-type Step struct {
-	// Attempt is the attempt's record.
-	Attempt Attempt
-	// Decision is the verdict on it, given the History.
-	Decision Decision
-	// Response is the response, or nil when none arrived. The caller must
-	// close its Body.
-	Response *http.Response
-	// RetryAfter is the wait the response asked for, not capped; 0 when it
-	// asked for none.
-	RetryAfter time.Duration
-}
-
-// Attempt makes exactly one attempt of in, with the key, credentials,
-// attempt timeout and wire recording of Do, and decides on it as Do would
-// after the attempts h describes. It neither waits nor spends the retry
-// budget: the caller owns the schedule. Most callers want Do; a durable queue,
-// which spreads the attempts of an intent over hours and restarts, wants
-// Attempt.
-//
-// A non-nil error means no attempt was made: ctx had ended, the policy is
-// invalid, or the request could not be built or authorized.
-func (c *Client) Attempt(ctx context.Context, in *Intent, h History) (Step, error) {
-	var r run
-	if err := c.initRun(&r, ctx, in); err != nil {
-		return Step{}, err
-	}
-	r.ambiguous = r.ambiguous || h.Ambiguous
-	resp, d, err := r.step(ctx)
-	if err != nil {
-		return Step{}, err
-	}
-	r.obs.attempt(ctx, &r, d.Action)
-	s := Step{Attempt: r.attempts[0], Decision: d, Response: resp}
-	if resp != nil {
-		s.RetryAfter, _ = ParseRetryAfter(resp.Header.Get("Retry-After"), r.clock.Now())
-	}
-	return s, nil
-}
 
 // httpClient returns the http.Client attempts go through: HTTPClient, or
 // http.DefaultClient, with RedirectPolicy in front of its own CheckRedirect.

@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"github.com/idem-go/idem/internal/engine"
+
 	"context"
 	"errors"
 	"fmt"
@@ -311,14 +313,15 @@ func TestDoWireFactsNeverSent(t *testing.T) {
 	assert.True(t, errors.Is(err, syscall.ECONNREFUSED), "the last transport error is reachable from the *Error")
 	var op *net.OpError
 	assert.True(t, errors.As(err, &op))
-	assert.True(t, in.FirstSentAt().IsZero(), "a never-sent intent has no FirstSentAt")
 }
 
 func (r *refusingDialer) DialContextAlways(ctx context.Context, network, addr string) (net.Conn, error) {
 	return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
 }
 
-func TestDoFirstSentAt(t *testing.T) {
+// TestDoTrailShowsFirstSend: when the operation first may have reached the
+// server, the start of a key's retention, is the trail's to tell.
+func TestDoTrailShowsFirstSend(t *testing.T) {
 	srv := newScripted(t, hangup, answer(201))
 	c, clk := testClient(t, nil)
 	start := clk.Now()
@@ -326,7 +329,10 @@ func TestDoFirstSentAt(t *testing.T) {
 	res, err := c.Do(context.Background(), in)
 	require.NoError(t, err)
 	res.Response.Body.Close()
-	assert.True(t, start.Equal(in.FirstSentAt()), "FirstSentAt %v, want the first attempt's start %v", in.FirstSentAt(), start)
+	require.Len(t, res.Attempts, 2)
+	first := res.Attempts[0]
+	assert.True(t, first.Wire.WroteHeaders, "the hung-up attempt went out")
+	assert.True(t, start.Equal(first.Start), "first attempt started %v, want %v", first.Start, start)
 }
 
 func TestDoBudget(t *testing.T) {
@@ -417,7 +423,7 @@ func TestDoAttemptTimeout(t *testing.T) {
 	require.Len(t, res.Attempts, 2)
 	assert.Equal(t, ClassAmbiguous, res.Attempts[0].Class)
 	assert.ErrorIs(t, res.Attempts[0].Err, context.DeadlineExceeded)
-	assert.False(t, in.FirstSentAt().IsZero())
+	assert.True(t, res.Attempts[0].Wire.WroteHeaders)
 }
 
 func TestDoAuthorizeError(t *testing.T) {
@@ -481,11 +487,13 @@ func TestErrorMessage(t *testing.T) {
 	assert.Equal(t, "idem: GET u: not applied (0 attempts)", (&Error{Method: "GET", URL: "u", Outcome: NotApplied}).Error())
 }
 
-func TestAttempt(t *testing.T) {
+// TestEngineAttempt: the single attempt companion packages make through
+// internal/engine.
+func TestEngineAttempt(t *testing.T) {
 	tests := []struct {
 		name       string
 		method     string
-		history    History
+		inDoubt    bool
 		steps      []step
 		refuse     int
 		class      Class
@@ -493,12 +501,12 @@ func TestAttempt(t *testing.T) {
 		outcome    Outcome
 		retryAfter time.Duration
 	}{
-		{"applied", "POST", History{}, []step{answer(201)}, 0, ClassApplied, ActionDone, Applied, 0},
-		{"DELETE 404 after an earlier ambiguous attempt", "DELETE", History{Ambiguous: true}, []step{answer(404)}, 0, ClassAlreadyApplied, ActionDone, AlreadyApplied, 0},
-		{"DELETE 404 with no history", "DELETE", History{}, []step{answer(404)}, 0, ClassRejected, ActionStop, NotApplied, 0},
-		{"Retry-After is not capped", "POST", History{}, []step{answer(429, "Retry-After", "7200")}, 0, ClassNotProcessed, ActionRetry, NotApplied, 2 * time.Hour},
-		{"history makes a 429 unknown", "POST", History{Ambiguous: true}, []step{answer(429)}, 0, ClassNotProcessed, ActionRetry, Unknown, 0},
-		{"never sent", "POST", History{}, nil, 1, ClassNeverSent, ActionRetry, NotApplied, 0},
+		{"applied", "POST", false, []step{answer(201)}, 0, ClassApplied, ActionDone, Applied, 0},
+		{"DELETE 404 after an earlier ambiguous attempt", "DELETE", true, []step{answer(404)}, 0, ClassAlreadyApplied, ActionDone, AlreadyApplied, 0},
+		{"DELETE 404 with no history", "DELETE", false, []step{answer(404)}, 0, ClassRejected, ActionStop, NotApplied, 0},
+		{"Retry-After is not capped", "POST", false, []step{answer(429, "Retry-After", "7200")}, 0, ClassNotProcessed, ActionRetry, NotApplied, 2 * time.Hour},
+		{"history makes a 429 unknown", "POST", true, []step{answer(429)}, 0, ClassNotProcessed, ActionRetry, Unknown, 0},
+		{"never sent", "POST", false, nil, 1, ClassNeverSent, ActionRetry, NotApplied, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -507,18 +515,17 @@ func TestAttempt(t *testing.T) {
 			d.left.Store(int32(tt.refuse))
 			c, clk := testClient(t, httpClient(t, d.DialContext))
 			in := mustIntent(t, tt.method, srv.URL+"/r", "x")
-			s, err := c.Attempt(context.Background(), in, tt.history)
+			s, err := engine.Attempt(context.Background(), engine.Call{Client: c, Intent: in, InDoubt: tt.inDoubt})
 			require.NoError(t, err)
 			if s.Response != nil {
 				s.Response.Body.Close()
 			}
-			assert.Equal(t, tt.class, s.Decision.Class)
-			assert.Equal(t, tt.class, s.Attempt.Class)
-			assert.Equal(t, tt.action, s.Decision.Action)
-			assert.Equal(t, tt.outcome, s.Decision.Outcome)
+			assert.Equal(t, tt.class, Class(s.Class))
+			assert.Equal(t, tt.action, Action(s.Action))
+			assert.Equal(t, tt.outcome, Outcome(s.Outcome))
 			assert.Equal(t, tt.retryAfter, s.RetryAfter)
 			assert.Equal(t, tt.refuse == 0, s.Response != nil)
-			assert.Empty(t, clk.Sleeps(), "Attempt never waits")
+			assert.Empty(t, clk.Sleeps(), "a single attempt never waits")
 			wantReqs := 1
 			if tt.refuse > 0 {
 				wantReqs = 0
@@ -528,20 +535,20 @@ func TestAttempt(t *testing.T) {
 	}
 }
 
-func TestAttemptBadInput(t *testing.T) {
+func TestEngineAttemptBadInput(t *testing.T) {
 	c := &Client{}
-	_, err := c.Attempt(context.Background(), nil, History{})
+	_, err := engine.Attempt(context.Background(), engine.Call{Client: c})
 	assert.ErrorIs(t, err, ErrInvalidIntent)
 	in := mustIntent(t, "POST", "http://127.0.0.1:1/", "x")
 	//lint:ignore SA1012 testing the nil-context guard
-	_, err = c.Attempt(nil, in, History{}) //nolint:staticcheck
+	_, err = engine.Attempt(nil, engine.Call{Client: c, Intent: in}) //nolint:staticcheck
 	assert.ErrorContains(t, err, "nil context")
 	c.Policy.BaseDelay = -1
-	_, err = c.Attempt(context.Background(), in, History{})
+	_, err = engine.Attempt(context.Background(), engine.Call{Client: c, Intent: in})
 	assert.ErrorIs(t, err, ErrInvalidPolicy)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = (&Client{}).Attempt(ctx, in, History{})
+	_, err = engine.Attempt(ctx, engine.Call{Client: &Client{}, Intent: in})
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -561,32 +568,61 @@ func TestDoAttemptTimeoutSparesTheBody(t *testing.T) {
 	assert.Len(t, b, len(big))
 }
 
-// TestDoAgainAfterAmbiguous: a second Do of an intent whose first Do ended
-// ambiguous cannot report NotApplied when the server answers 409: that may be
-// the first attempt still running.
+// TestDoAgainAfterAmbiguous: an Intent keeps no history, so a second Do is a
+// run of its own; Resume, given the first run's error, judges the answers in
+// its light: after an attempt in doubt a refusal no longer proves the
+// operation was not applied, and a DELETE's 404 is the earlier delete.
 func TestDoAgainAfterAmbiguous(t *testing.T) {
-	srv := newScripted(t, hangup, answer(409), answer(409), answer(409))
-	c, _ := testClient(t, nil)
-	c.Policy.MaxAttempts = 1
-	in := mustIntent(t, "POST", srv.URL, "x")
-	_, err := c.Do(context.Background(), in)
-	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	tests := []struct {
+		name    string
+		method  string
+		again   step
+		resume  bool
+		outcome Outcome
+	}{
+		{"Do: a 400 refuses this run", "POST", answer(400), false, NotApplied},
+		{"Resume: a 400 leaves the first run in doubt", "POST", answer(400), true, Unknown},
+		{"Resume: a keyed 409 is in doubt anyway", "POST", answer(409), true, Unknown},
+		{"Do: a DELETE's 404 is a refusal", "DELETE", answer(404), false, NotApplied},
+		{"Resume: a DELETE's 404 is the first run's delete", "DELETE", answer(404), true, AlreadyApplied},
+		{"Resume: a replay settles it", "POST", answer(201, "Idempotent-Replayed", "true"), true, Applied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, hangup, tt.again)
+			c, _ := testClient(t, nil)
+			c.Policy.MaxAttempts = 1
+			in := mustIntent(t, tt.method, srv.URL+"/r/1", "x")
+			_, first := c.Do(context.Background(), in)
+			require.ErrorIs(t, first, ErrOutcomeUnknown)
 
-	c.Policy.MaxAttempts = 2
-	_, err = c.Do(context.Background(), in)
-	require.Error(t, err)
-	assert.ErrorIs(t, err, ErrOutcomeUnknown, "not ErrNotApplied: the first Do may still apply")
-
-	data, err := in.MarshalBinary()
-	require.NoError(t, err)
-	var back Intent
-	require.NoError(t, back.UnmarshalBinary(data))
-	assert.True(t, back.ambiguous.Load(), "the history survives encoding")
-
-	fresh := mustIntent(t, "POST", srv.URL, "y")
-	s, err := c.Attempt(context.Background(), fresh, History{})
-	require.NoError(t, err)
-	s.Response.Body.Close()
-	assert.Equal(t, Unknown, s.Decision.Outcome, "a fresh intent's keyed 409: someone holds its key, and may apply")
-	assert.True(t, s.Decision.InDoubt)
+			var res *Result
+			var err error
+			if tt.resume {
+				res, err = c.Resume(context.Background(), in, first)
+			} else {
+				res, err = c.Do(context.Background(), in)
+			}
+			got := NoOutcome
+			if err != nil {
+				got = asError(t, err).Outcome
+			} else {
+				res.Response.Body.Close()
+				got = res.Outcome
+			}
+			assert.Equal(t, tt.outcome, got)
+			reqs := srv.Requests()
+			require.Len(t, reqs, 2)
+			assert.Equal(t, reqs[0].header.Get("Idempotency-Key"), reqs[1].header.Get("Idempotency-Key"), "one key for both runs")
+		})
+	}
+	t.Run("Resume after a NotApplied run is Do", func(t *testing.T) {
+		srv := newScripted(t, answer(400))
+		c, _ := testClient(t, nil)
+		prior := &Error{Outcome: NotApplied}
+		res, err := c.Resume(context.Background(), mustIntent(t, "POST", srv.URL, "x"), prior)
+		require.NoError(t, err)
+		res.Response.Body.Close()
+		assert.Equal(t, NotApplied, res.Outcome)
+	})
 }

@@ -8,28 +8,12 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/idem-go/idem/internal/methods"
 	"github.com/idem-go/idem/internal/redact"
 )
 
 // MethodQuery is the safe, idempotent QUERY method: a GET with a body.
-const MethodQuery = "QUERY"
-
-// IsSafe reports whether method is safe (RFC 9110 9.2.1): it requests no
-// change of state. GET, HEAD, OPTIONS, TRACE and QUERY are safe.
-func IsSafe(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, MethodQuery:
-		return true
-	}
-	return false
-}
-
-// IsIdempotent reports whether method is idempotent (RFC 9110 9.2.2): the safe
-// methods, PUT and DELETE. Any other method, POST, PATCH, CONNECT or an
-// extension method, is not.
-func IsIdempotent(method string) bool {
-	return IsSafe(method) || method == http.MethodPut || method == http.MethodDelete
-}
+const MethodQuery = methods.Query
 
 // Class is what one attempt's result proves about the server's state.
 type Class uint8
@@ -145,12 +129,8 @@ type Wire struct {
 	Resent bool
 }
 
-// MayHaveReachedServer reports whether the request may have reached the
-// server: its headers were written to a connection.
-func (w Wire) MayHaveReachedServer() bool { return w.WroteHeaders }
-
-// Facts are what is known about one attempt: the input of Classify and Decide.
-type Facts struct {
+// facts are what is known about one attempt: the input of Classify and Decide.
+type facts struct {
 	// Method is the request method.
 	Method string
 	// HasKey reports whether the request carried an idempotency key.
@@ -175,7 +155,7 @@ type Facts struct {
 	RedirectOffHost bool
 }
 
-// Classify returns the class of one attempt. It performs no I/O and reads no
+// classify returns the class of one attempt. It performs no I/O and reads no
 // clock.
 //
 // An error before any header was written is ClassNeverSent, unless it is one
@@ -185,13 +165,13 @@ type Facts struct {
 // An HTTP/2 stream the server refused (REFUSED_STREAM) or left above a
 // GOAWAY's last stream id was never processed; net/http resends those itself
 // when the body can be replayed, which it always can for an Intent, so they
-// reach Classify only as a later outcome of the same attempt, with
+// reach classify only as a later outcome of the same attempt, with
 // Wire.Resent set: httptrace cannot tell them from a stream the server reset
 // after reading it, so the attempt is in doubt, the safe side.
-func Classify(f Facts) Class {
+func classify(f facts) Class {
 	if f.Err != nil {
 		switch {
-		case f.Wire.MayHaveReachedServer():
+		case f.Wire.WroteHeaders:
 			return ClassAmbiguous
 		case permanent(f.Err):
 			return ClassInvalid
@@ -202,7 +182,7 @@ func Classify(f Facts) Class {
 	switch {
 	case s >= 200 && s <= 299, s == http.StatusSeeOther, s == http.StatusNotModified:
 		return ClassApplied
-	case (s == http.StatusMovedPermanently || s == http.StatusFound) && !IsSafe(f.Method):
+	case (s == http.StatusMovedPermanently || s == http.StatusFound) && !methods.Safe(f.Method):
 		// Post/redirect/get servers answer a POST they applied with 302
 		// (or 301) as often as others answer "moved" without acting.
 		return ClassAmbiguous
@@ -223,7 +203,7 @@ func Classify(f Facts) Class {
 	return ClassAmbiguous
 }
 
-func deleteGone(f Facts) Class {
+func deleteGone(f facts) Class {
 	switch f.DeletePolicy {
 	case DeleteAlways:
 		return ClassAlreadyApplied
@@ -261,8 +241,8 @@ func (a Action) String() string {
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }
 
-// Decision is the verdict on one attempt.
-type Decision struct {
+// decision is the verdict on one attempt.
+type decision struct {
 	// Class is the attempt's class.
 	Class Class
 	// Action says whether to finish, retry or stop.
@@ -284,12 +264,12 @@ type Decision struct {
 	InDoubt bool
 }
 
-// Decide classifies an attempt and decides what follows, as the decision
+// decide classifies an attempt and decides what follows, as the decision
 // table of the package documentation says. Like Classify it is a pure
 // function.
-func Decide(f Facts) Decision {
-	c := Classify(f)
-	d := Decision{Class: c, InDoubt: leavesDoubt(c, f)}
+func decide(f facts) decision {
+	c := classify(f)
+	d := decision{Class: c, InDoubt: leavesDoubt(c, f)}
 	d.Outcome = outcomeAfter(c, f.EarlierAmbiguous || d.InDoubt)
 	switch c {
 	case ClassApplied, ClassAlreadyApplied:
@@ -303,7 +283,7 @@ func Decide(f Facts) Decision {
 			d.Reason = fmt.Sprintf("answered %d to %s: done (post/redirect/get) or moved, which cannot be told; not resent", f.Status, f.Method)
 			return d // another attempt gets the same answer
 		}
-		if f.HasKey || IsIdempotent(f.Method) {
+		if f.HasKey || methods.Idempotent(f.Method) {
 			d.Action = ActionRetry
 		} else {
 			d.Action, d.Cause = ActionStop, ErrNoKey
@@ -334,7 +314,7 @@ func Decide(f Facts) Decision {
 }
 
 // applyHint lets a server's explicit retry hint override the table.
-func applyHint(d *Decision, f Facts) {
+func applyHint(d *decision, f facts) {
 	if f.Err != nil {
 		return
 	}
@@ -352,7 +332,7 @@ func applyHint(d *Decision, f Facts) {
 
 // leavesDoubt reports whether an attempt of class c leaves the operation
 // possibly applied without an answer saying so.
-func leavesDoubt(c Class, f Facts) bool {
+func leavesDoubt(c Class, f facts) bool {
 	switch {
 	case c == ClassApplied, c == ClassAlreadyApplied:
 		return false

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/idem-go/idem/internal/methods"
 )
 
 // allMethods is every method of RFC 9110, PATCH, and QUERY.
@@ -118,10 +120,10 @@ func TestDecideTable(t *testing.T) {
 				for _, earlier := range []bool{false, true} {
 					name := fmt.Sprintf("%s/%s/key=%v/earlierAmbiguous=%v", r.sc.name, m, keyed, earlier)
 					t.Run(name, func(t *testing.T) {
-						f := Facts{Method: m, HasKey: keyed, Wire: r.sc.wire, Err: r.sc.err, Status: r.sc.status, EarlierAmbiguous: earlier}
-						d := Decide(f)
+						f := facts{Method: m, HasKey: keyed, Wire: r.sc.wire, Err: r.sc.err, Status: r.sc.status, EarlierAmbiguous: earlier}
+						d := decide(f)
 						assert.Equal(t, r.class, d.Class, "class")
-						assert.Equal(t, r.class, Classify(f), "Classify disagrees with Decide")
+						assert.Equal(t, r.class, classify(f), "Classify disagrees with Decide")
 						wantAction, wantCause := expectAction(r.rule, r.class, m, keyed)
 						assert.Equal(t, wantAction, d.Action, "action")
 						if wantCause != nil {
@@ -217,7 +219,7 @@ func TestDecideDeletePolicy(t *testing.T) {
 	for _, tt := range tests {
 		for _, keyed := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/%d/earlier=%v/key=%v", tt.policy, tt.status, tt.earlier, keyed), func(t *testing.T) {
-				d := Decide(Facts{Method: "DELETE", HasKey: keyed, Status: tt.status, EarlierAmbiguous: tt.earlier, DeletePolicy: tt.policy})
+				d := decide(facts{Method: "DELETE", HasKey: keyed, Status: tt.status, EarlierAmbiguous: tt.earlier, DeletePolicy: tt.policy})
 				assert.Equal(t, tt.want, d.Class)
 				assert.Equal(t, tt.outcome, d.Outcome)
 				if tt.want == ClassAlreadyApplied {
@@ -229,17 +231,17 @@ func TestDecideDeletePolicy(t *testing.T) {
 		}
 	}
 	// The policy concerns DELETE alone.
-	d := Decide(Facts{Method: "GET", Status: 404, DeletePolicy: DeleteAlways, EarlierAmbiguous: true})
+	d := decide(facts{Method: "GET", Status: 404, DeletePolicy: DeleteAlways, EarlierAmbiguous: true})
 	assert.Equal(t, ClassRejected, d.Class)
 }
 
 func TestDecide412AfterAmbiguousFlagged(t *testing.T) {
-	d := Decide(Facts{Method: "PUT", HasKey: true, Status: 412, EarlierAmbiguous: true})
+	d := decide(facts{Method: "PUT", HasKey: true, Status: 412, EarlierAmbiguous: true})
 	assert.Equal(t, ActionStop, d.Action)
 	assert.Equal(t, Unknown, d.Outcome)
 	assert.Contains(t, d.Reason, "may be the write that moved")
 
-	d = Decide(Facts{Method: "PUT", HasKey: true, Status: 412})
+	d = decide(facts{Method: "PUT", HasKey: true, Status: 412})
 	assert.Equal(t, NotApplied, d.Outcome)
 	assert.NotContains(t, d.Reason, "may be the write")
 }
@@ -248,25 +250,25 @@ func TestDecideServerHint(t *testing.T) {
 	hint := func(v string) http.Header { return http.Header{"Stripe-Should-Retry": {v}} }
 	tests := []struct {
 		name   string
-		f      Facts
+		f      facts
 		action Action
 		cause  error
 	}{
-		{"false stops a keyed 503", Facts{Method: "POST", HasKey: true, Status: 503, Header: hint("false")}, ActionStop, ErrServerSaidStop},
-		{"false stops a 429", Facts{Method: "GET", Status: 429, Header: hint("false")}, ActionStop, ErrServerSaidStop},
-		{"true allows a 400", Facts{Method: "POST", HasKey: true, Status: 400, Header: hint("true")}, ActionRetry, nil},
-		{"true allows a keyless POST 500", Facts{Method: "POST", Status: 500, Header: hint("True")}, ActionRetry, nil},
-		{"true cannot fix a reused key", Facts{Method: "POST", HasKey: true, Status: 422, Header: hint("true")}, ActionStop, ErrKeyReused},
-		{"false does not undo a success", Facts{Method: "POST", HasKey: true, Status: 201, Header: hint("false")}, ActionDone, nil},
-		{"garbage is ignored", Facts{Method: "POST", HasKey: true, Status: 503, Header: hint("maybe")}, ActionRetry, nil},
-		{"FALSE in any case stops", Facts{Method: "PUT", Status: 503, Header: hint(" FALSE ")}, ActionStop, ErrServerSaidStop},
+		{"false stops a keyed 503", facts{Method: "POST", HasKey: true, Status: 503, Header: hint("false")}, ActionStop, ErrServerSaidStop},
+		{"false stops a 429", facts{Method: "GET", Status: 429, Header: hint("false")}, ActionStop, ErrServerSaidStop},
+		{"true allows a 400", facts{Method: "POST", HasKey: true, Status: 400, Header: hint("true")}, ActionRetry, nil},
+		{"true allows a keyless POST 500", facts{Method: "POST", Status: 500, Header: hint("True")}, ActionRetry, nil},
+		{"true cannot fix a reused key", facts{Method: "POST", HasKey: true, Status: 422, Header: hint("true")}, ActionStop, ErrKeyReused},
+		{"false does not undo a success", facts{Method: "POST", HasKey: true, Status: 201, Header: hint("false")}, ActionDone, nil},
+		{"garbage is ignored", facts{Method: "POST", HasKey: true, Status: 503, Header: hint("maybe")}, ActionRetry, nil},
+		{"FALSE in any case stops", facts{Method: "PUT", Status: 503, Header: hint(" FALSE ")}, ActionStop, ErrServerSaidStop},
 		// Folded as the fuzz target's oracle (strings.EqualFold) folds it.
-		{"false folded with long s stops", Facts{Method: "PUT", Status: 503, Header: hint("fal\u017fe")}, ActionStop, ErrServerSaidStop},
-		{"no header on transport errors", Facts{Method: "POST", HasKey: true, Err: errIO, Wire: Wire{WroteHeaders: true}, Header: hint("false")}, ActionRetry, nil},
+		{"false folded with long s stops", facts{Method: "PUT", Status: 503, Header: hint("fal\u017fe")}, ActionStop, ErrServerSaidStop},
+		{"no header on transport errors", facts{Method: "POST", HasKey: true, Err: errIO, Wire: Wire{WroteHeaders: true}, Header: hint("false")}, ActionRetry, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := Decide(tt.f)
+			d := decide(tt.f)
 			assert.Equal(t, tt.action, d.Action)
 			if tt.cause != nil {
 				assert.ErrorIs(t, d.Cause, tt.cause)
@@ -288,8 +290,8 @@ func TestMethodProperties(t *testing.T) {
 		{"get", false, false}, {"FROB", false, false},
 	}
 	for _, tt := range tests {
-		assert.Equal(t, tt.safe, IsSafe(tt.method), "IsSafe(%q)", tt.method)
-		assert.Equal(t, tt.idempotent, IsIdempotent(tt.method), "IsIdempotent(%q)", tt.method)
+		assert.Equal(t, tt.safe, methods.Safe(tt.method), "methods.Safe(%q)", tt.method)
+		assert.Equal(t, tt.idempotent, methods.Idempotent(tt.method), "methods.Idempotent(%q)", tt.method)
 	}
 }
 

@@ -153,17 +153,17 @@ func (g flowchart) reachableEnds(id string) []Action {
 // earlier doubt and kind of transport error, without server hints, and
 // returns the actions each class led to, in Action order.
 func decidedActions() map[Class][]Action {
-	errs := []Facts{
+	errs := []facts{
 		{Err: errors.New("connection reset"), Wire: Wire{Conns: 1, WroteHeaders: true}},
 		{Err: errors.New("connection refused")},
 		{Err: fmt.Errorf("%w: header with CR", ErrInvalidRequest)},
 	}
-	var all []Facts
+	var all []facts
 	for _, method := range allMethods {
 		for _, key := range []bool{false, true} {
 			for _, earlier := range []bool{false, true} {
 				for _, policy := range []DeletePolicy{DeleteAfterAmbiguous, DeleteAlways, DeleteNever} {
-					base := Facts{Method: method, HasKey: key, EarlierAmbiguous: earlier, DeletePolicy: policy}
+					base := facts{Method: method, HasKey: key, EarlierAmbiguous: earlier, DeletePolicy: policy}
 					for _, e := range errs {
 						f := base
 						f.Err, f.Wire = e.Err, e.Wire
@@ -183,7 +183,7 @@ func decidedActions() map[Class][]Action {
 	}
 	actions := map[Class][]Action{}
 	for _, f := range all {
-		d := Decide(f)
+		d := decide(f)
 		if !slices.Contains(actions[d.Class], d.Action) {
 			actions[d.Class] = append(actions[d.Class], d.Action)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/binenc"
+	"github.com/idem-go/idem/internal/methods"
 )
 
 // The fuzz targets below run their seed corpora (testdata/fuzz/<Name>) as
@@ -20,7 +21,7 @@ import (
 //
 //	go test -run '^$' -fuzz '^FuzzIntentUnmarshal$' -fuzztime 5m .
 
-// FuzzParseRetryAfter checks ParseRetryAfter against arbitrary values and
+// FuzzParseRetryAfter checks parseRetryAfter against arbitrary values and
 // clocks: it never panics, never reports a negative wait, reads small
 // delta-seconds exactly, reads an HTTP-date relative to now (a past date is
 // 0), and accepts a value starting with a digit only when it is all digits.
@@ -29,35 +30,35 @@ func FuzzParseRetryAfter(f *testing.F) {
 		// HTTP-dates have four-digit years: keep now in 1970..9000.
 		now := time.Unix(int64(uint64(nowSec)%220_000_000_000), 0).UTC()
 
-		d, ok := ParseRetryAfter(v, now)
+		d, ok := parseRetryAfter(v, now)
 		if ok && d < 0 {
-			t.Fatalf("ParseRetryAfter(%q, %v) = %v, true; want a wait >= 0", v, now, d)
+			t.Fatalf("parseRetryAfter(%q, %v) = %v, true; want a wait >= 0", v, now, d)
 		}
 		if tv := strings.TrimSpace(v); tv != "" && tv[0] >= '0' && tv[0] <= '9' {
 			if fzAllDigits(tv) && !ok {
-				t.Fatalf("ParseRetryAfter(%q) = %v, false; delta-seconds must be accepted", v, d)
+				t.Fatalf("parseRetryAfter(%q) = %v, false; delta-seconds must be accepted", v, d)
 			}
 			if ok && !fzAllDigits(tv) {
-				t.Fatalf("ParseRetryAfter(%q) = %v, true; a value starting with a digit that is not all digits is malformed and must be ignored", v, d)
+				t.Fatalf("parseRetryAfter(%q) = %v, true; a value starting with a digit that is not all digits is malformed and must be ignored", v, d)
 			}
 		}
 
 		secs := strconv.FormatUint(uint64(n), 10)
-		if d, ok := ParseRetryAfter(secs, now); !ok || d != time.Duration(n)*time.Second {
-			t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v, true", secs, d, ok, time.Duration(n)*time.Second)
+		if d, ok := parseRetryAfter(secs, now); !ok || d != time.Duration(n)*time.Second {
+			t.Fatalf("parseRetryAfter(%q) = %v, %v; want %v, true", secs, d, ok, time.Duration(n)*time.Second)
 		}
-		if d, ok := ParseRetryAfter(" "+secs+"\t", now); !ok || d != time.Duration(n)*time.Second {
-			t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v, true", " "+secs+"\t", d, ok, time.Duration(n)*time.Second)
+		if d, ok := parseRetryAfter(" "+secs+"\t", now); !ok || d != time.Duration(n)*time.Second {
+			t.Fatalf("parseRetryAfter(%q) = %v, %v; want %v, true", " "+secs+"\t", d, ok, time.Duration(n)*time.Second)
 		}
 
 		step := time.Duration(delta) * time.Second
 		past := now.Add(-step).Format(http.TimeFormat)
-		if d, ok := ParseRetryAfter(past, now); !ok || d != 0 {
-			t.Fatalf("ParseRetryAfter(%q, now %v) = %v, %v; want 0, true for a date in the past", past, now, d, ok)
+		if d, ok := parseRetryAfter(past, now); !ok || d != 0 {
+			t.Fatalf("parseRetryAfter(%q, now %v) = %v, %v; want 0, true for a date in the past", past, now, d, ok)
 		}
 		future := now.Add(step).Format(http.TimeFormat)
-		if d, ok := ParseRetryAfter(future, now); !ok || d != step {
-			t.Fatalf("ParseRetryAfter(%q, now %v) = %v, %v; want %v, true", future, now, d, ok, step)
+		if d, ok := parseRetryAfter(future, now); !ok || d != step {
+			t.Fatalf("parseRetryAfter(%q, now %v) = %v, %v; want %v, true", future, now, d, ok, step)
 		}
 	})
 }
@@ -98,7 +99,7 @@ func FuzzValidateKey(f *testing.F) {
 		}
 		for _, format := range []KeyFormat{KeyPlain, KeySFString} {
 			c := &Client{KeyFormat: format}
-			req, err := c.request(context.Background(), in)
+			req, err := (&intentSender{c: c, in: in}).request(context.Background())
 			if err != nil {
 				t.Fatalf("request with key %q: %v", key, err)
 			}
@@ -201,7 +202,7 @@ func fzCheckUnmarshal(t *testing.T, data []byte) {
 type fzIntentFields struct {
 	Method, URL, Key, Lane string
 	KeySupplied            bool
-	CreatedAt, FirstSentAt int64
+	CreatedAt              int64
 	Header                 http.Header
 	Body                   []byte
 }
@@ -209,7 +210,7 @@ type fzIntentFields struct {
 func fzFieldsOf(in *Intent) fzIntentFields {
 	return fzIntentFields{
 		Method: in.Method(), URL: in.URL(), Key: in.Key(), Lane: in.Lane(), KeySupplied: in.KeySupplied(),
-		CreatedAt: binenc.Nanos(in.CreatedAt()), FirstSentAt: binenc.Nanos(in.FirstSentAt()),
+		CreatedAt: binenc.Nanos(in.CreatedAt()),
 		Header: in.Header(), Body: in.Body(),
 	}
 }
@@ -247,9 +248,6 @@ func fzIntents(tb testing.TB) []*Intent {
 		if err != nil {
 			tb.Fatalf("fuzz intent %d: %v", i, err)
 		}
-		if i%2 == 1 {
-			in.markSent(created.Add(time.Second))
-		}
 		out = append(out, in)
 	}
 	return out
@@ -259,7 +257,7 @@ func fzIntents(tb testing.TB) []*Intent {
 // invariants the decision table states.
 func FuzzClassify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, method string, status int, hasKey bool, conns int, wroteHeaders, wroteRequest, gotResponse, withErr, earlierAmbiguous bool, policy uint8, hint string) {
-		fc := Facts{
+		fc := facts{
 			Method: method, HasKey: hasKey, Status: status,
 			Wire: Wire{Conns: conns, WroteHeaders: wroteHeaders, WroteRequest: wroteRequest, GotResponse: gotResponse,
 				Resent: conns > 1 && wroteHeaders},
@@ -274,9 +272,9 @@ func FuzzClassify(f *testing.F) {
 			}
 		}
 		headerBefore := fc.Header.Clone()
-		c := Classify(fc)
-		d := Decide(fc)
-		if d2 := Decide(fc); !reflect.DeepEqual(d, d2) {
+		c := classify(fc)
+		d := decide(fc)
+		if d2 := decide(fc); !reflect.DeepEqual(d, d2) {
 			t.Fatalf("Decide is not deterministic: %+v then %+v", d, d2)
 		}
 		if !reflect.DeepEqual(fc.Header, headerBefore) {
@@ -315,10 +313,10 @@ func FuzzClassify(f *testing.F) {
 		if !withErr && status >= 200 && status <= 299 && (c != ClassApplied || d.Action != ActionDone || d.Outcome != Applied) {
 			t.Fatalf("%d is %+v, want applied and done", status, d)
 		}
-		if c == ClassAmbiguous && !hasKey && !IsIdempotent(method) && d.Action == ActionRetry && !hintTrue {
+		if c == ClassAmbiguous && !hasKey && !methods.Idempotent(method) && d.Action == ActionRetry && !hintTrue {
 			t.Fatalf("%q without key, ambiguous, retried without the server's say-so: %+v", method, d)
 		}
-		if c == ClassAmbiguous && !hasKey && !IsIdempotent(method) && !hintTrue && !errors.Is(d.Cause, ErrNoKey) {
+		if c == ClassAmbiguous && !hasKey && !methods.Idempotent(method) && !hintTrue && !errors.Is(d.Cause, ErrNoKey) {
 			t.Fatalf("%q without key, ambiguous: cause %v, want ErrNoKey", method, d.Cause)
 		}
 		if c == ClassKeyReused && (d.Action != ActionStop || !errors.Is(d.Cause, ErrKeyReused)) {

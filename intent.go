@@ -10,12 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
+
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/idem-go/idem/internal/binenc"
+	"github.com/idem-go/idem/internal/methods"
 	"github.com/idem-go/idem/internal/redact"
 )
 
@@ -38,27 +38,19 @@ const maxLaneLen = 255
 // the same operation.
 //
 // Create an Intent where the intent is born (the user pressed "Pay"), never in
-// a retry loop or a transport. An Intent is safe for concurrent use: its fields
-// are immutable except FirstSentAt and the mark that an attempt left the
-// operation in doubt, which a Client records atomically.
+// a retry loop or a transport. An Intent is immutable data, safe for
+// concurrent use: what happened to it is kept by whoever runs it (a Do's
+// Result or *Error, a queue's Record).
 type Intent struct {
 	method    string
 	url       string
 	u         *url.URL // url parsed; copied for each request
 	header    []field  // canonical names, each once, in the order first added
 	body      []byte
-	key       [1]string // an array, which every request shares as its header's value list
-	supplied  bool      // the key came from WithKey rather than uuid.New
+	key       string
+	supplied  bool // the key came from WithKey rather than uuid.New
 	lane      string
 	createdAt time.Time
-
-	// firstSentAt is the UnixNano time of the first attempt that may have
-	// reached the server; zero when none has.
-	firstSentAt atomic.Int64
-	// ambiguous records that an attempt left the operation in doubt
-	// (Decision.InDoubt), so that a later Do of the same intent never
-	// reports NotApplied for what may have applied.
-	ambiguous atomic.Bool
 }
 
 // IntentOption configures NewIntent.
@@ -258,7 +250,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 			return nil, err
 		}
 	}
-	safe := IsSafe(method)
+	safe := methods.Safe(method)
 	if safe && c.hasKey {
 		return nil, fmt.Errorf("%w: %s is a safe method and carries no idempotency key", ErrInvalidIntent, method)
 	}
@@ -275,7 +267,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		url:       rawURL,
 		u:         u,
 		header:    c.header,
-		key:       [1]string{c.key},
+		key:       c.key,
 		supplied:  c.hasKey,
 		lane:      c.lane,
 		createdAt: now.Round(0),
@@ -295,11 +287,6 @@ func newKey() string {
 	return u.String()
 }
 
-// keyValues returns the key as a header value list, shared by every request
-// of the intent as its other header values are: full, so that an append
-// copies.
-func (in *Intent) keyValues() []string { return in.key[:1:1] }
-
 // Method returns the request method.
 func (in *Intent) Method() string { return in.method }
 
@@ -307,10 +294,10 @@ func (in *Intent) Method() string { return in.method }
 func (in *Intent) URL() string { return in.url }
 
 // Key returns the idempotency key, or "" for a safe method, which has none.
-func (in *Intent) Key() string { return in.key[0] }
+func (in *Intent) Key() string { return in.key }
 
 // HasKey reports whether the intent carries an idempotency key.
-func (in *Intent) HasKey() bool { return in.key[0] != "" }
+func (in *Intent) HasKey() bool { return in.key != "" }
 
 // KeySupplied reports whether the key was given with WithKey rather than
 // generated. A generated key is new by construction (122 random bits); only a
@@ -340,34 +327,6 @@ func (in *Intent) Header() http.Header {
 		h[f.name] = slices.Clone(f.values)
 	}
 	return h
-}
-
-// FirstSentAt returns when an attempt of this intent first may have reached
-// the server (its headers were written to a connection), or the zero Time if
-// none has. A server forgets keys some time after it first saw them, so this is
-// the instant a retry horizon counts from.
-func (in *Intent) FirstSentAt() time.Time {
-	return binenc.FromNanos(in.firstSentAt.Load())
-}
-
-// markAmbiguous records that an attempt of in left it in doubt.
-func (in *Intent) markAmbiguous() { in.ambiguous.Store(true) }
-
-// markSent records t as FirstSentAt unless a time is already recorded: the
-// first attempt to record wins, even if a concurrent Do started earlier.
-func (in *Intent) markSent(t time.Time) {
-	in.firstSentAt.CompareAndSwap(0, t.UnixNano())
-}
-
-// Derive returns the deterministic child key for a phase of this intent's
-// work, for the downstream calls a multi-step handler makes: a resumed phase
-// presents the same key downstream and is not applied twice. It returns "" for
-// an intent without a key. See DeriveKey.
-func (in *Intent) Derive(phase string) string {
-	if in.key[0] == "" {
-		return ""
-	}
-	return DeriveKey(in.key[0], phase)
 }
 
 // deriveNamespace is the UUIDv5 namespace of derived keys. Changing it
@@ -413,7 +372,7 @@ func ValidateKey(key string) error {
 // supportedMethod reports whether an Intent accepts method. CONNECT is left
 // out: it opens a tunnel, not an operation.
 func supportedMethod(method string) bool {
-	return IsIdempotent(method) || method == http.MethodPost || method == http.MethodPatch
+	return methods.Idempotent(method) || method == http.MethodPost || method == http.MethodPatch
 }
 
 func checkMethod(method string) error {

@@ -3,10 +3,10 @@ package idem
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,7 +66,7 @@ func TestNewIntentKeyIsFixed(t *testing.T) {
 	k := a.Key()
 	c := &Client{}
 	for range 3 { // every attempt presents the key fixed at creation
-		req, err := c.request(context.Background(), a)
+		req, err := (&intentSender{c: c, in: a}).request(context.Background())
 		require.NoError(t, err)
 		assert.Equal(t, k, req.Header.Get(DefaultKeyHeader))
 		assert.Equal(t, k, a.Key())
@@ -95,7 +95,6 @@ func TestNewIntentCreatedAt(t *testing.T) {
 	after := time.Now()
 	assert.False(t, in.CreatedAt().Before(before) || in.CreatedAt().After(after),
 		"CreatedAt %v not within [%v, %v]", in.CreatedAt(), before, after)
-	assert.True(t, in.FirstSentAt().IsZero())
 }
 
 func TestNewIntentRejects(t *testing.T) {
@@ -164,10 +163,9 @@ func TestValidateKeyBounds(t *testing.T) {
 func TestDerive(t *testing.T) {
 	in, err := NewIntent("POST", "http://h/orders", nil, WithKey("order-7"))
 	require.NoError(t, err)
-	charge := in.Derive("charge")
-	assert.Equal(t, charge, in.Derive("charge"), "derive must be deterministic")
-	assert.Equal(t, charge, DeriveKey("order-7", "charge"))
-	assert.NotEqual(t, charge, in.Derive("ship"))
+	charge := DeriveKey(in.Key(), "charge")
+	assert.Equal(t, charge, DeriveKey("order-7", "charge"), "derive must be deterministic")
+	assert.NotEqual(t, charge, DeriveKey(in.Key(), "ship"))
 	assert.NotEqual(t, DeriveKey("a:b", "c"), DeriveKey("a", "b:c"))
 	assert.NoError(t, ValidateKey(charge))
 	u, err := uuid.Parse(charge)
@@ -176,25 +174,6 @@ func TestDerive(t *testing.T) {
 	// The namespace is part of the wire contract: a change would give a
 	// resumed phase a new downstream key.
 	assert.Equal(t, "8717821f-774a-555f-b1c9-02260029efc1", DeriveKey("order-7", "charge"))
-
-	get, err := NewIntent("GET", "http://h/orders", nil)
-	require.NoError(t, err)
-	assert.Equal(t, "", get.Derive("charge"))
-}
-
-func TestFirstSentAtConcurrent(t *testing.T) {
-	in, err := NewIntent("POST", "http://h/", nil)
-	require.NoError(t, err)
-	base := time.Unix(1_700_000_000, 0)
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() { in.markSent(base.Add(time.Duration(i) * time.Second)) })
-	}
-	wg.Wait()
-	got := in.FirstSentAt()
-	assert.False(t, got.IsZero())
-	in.markSent(base.Add(time.Hour))
-	assert.Equal(t, got, in.FirstSentAt(), "FirstSentAt must not move once set")
 }
 
 func TestMarshalRoundTrip(t *testing.T) {
@@ -202,8 +181,6 @@ func TestMarshalRoundTrip(t *testing.T) {
 		WithKey("k-1"), WithLane("acct-9"), WithHeader("Content-Type", "application/json"),
 		WithHeader("X-Multi", "a"), WithHeader("X-Multi", "b"))
 	require.NoError(t, err)
-	sent := time.Unix(1_800_000_000, 123456789)
-	in.markSent(sent)
 
 	data, err := in.MarshalBinary()
 	require.NoError(t, err)
@@ -217,7 +194,6 @@ func TestMarshalRoundTrip(t *testing.T) {
 	assert.Equal(t, in.Body(), out.Body())
 	assert.Equal(t, in.Header(), out.Header())
 	assert.True(t, in.CreatedAt().Equal(out.CreatedAt()), "CreatedAt %v != %v", out.CreatedAt(), in.CreatedAt())
-	assert.True(t, sent.Equal(out.FirstSentAt()), "FirstSentAt %v != %v", out.FirstSentAt(), sent)
 
 	again, err := out.MarshalBinary()
 	require.NoError(t, err)
@@ -236,7 +212,6 @@ func TestMarshalRoundTripMinimal(t *testing.T) {
 	assert.Equal(t, "", out.Key())
 	assert.Nil(t, out.Body())
 	assert.Nil(t, out.Header())
-	assert.True(t, out.FirstSentAt().IsZero())
 }
 
 func TestUnmarshalRejects(t *testing.T) {
@@ -258,7 +233,7 @@ func TestUnmarshalRejects(t *testing.T) {
 	}{
 		{"empty", nil, "not an encoded intent"},
 		{"wrong magic", edit(func(b []byte) []byte { b[0] = 'x'; return b }), "not an encoded intent"},
-		{"unknown version", edit(func(b []byte) []byte { b[4] = 2; return reseal(b) }), "unknown version 2"},
+		{"unknown version", edit(func(b []byte) []byte { b[4] = 3; return reseal(b) }), "unknown version 3"},
 		{"version zero", edit(func(b []byte) []byte { b[4] = 0; return reseal(b) }), "unknown version 0"},
 		{"flipped byte", edit(func(b []byte) []byte { b[10] ^= 0xff; return b }), "checksum"},
 		{"truncated", good[:len(good)-5], "checksum"},
@@ -372,7 +347,7 @@ func TestIntentHeaderMerge(t *testing.T) {
 		require.NoError(t, out.UnmarshalBinary(data))
 		assert.Equal(t, want, out.Header(), "%d other headers, decoded", n)
 
-		req, err := (&Client{}).request(context.Background(), &out)
+		req, err := (&intentSender{c: &Client{}, in: &out}).request(context.Background())
 		require.NoError(t, err)
 		for k, vs := range want {
 			assert.Equal(t, vs, req.Header[k], k)
@@ -384,4 +359,57 @@ func TestIntentHeaderMerge(t *testing.T) {
 		req.Header[DefaultKeyHeader][0] = "changed"
 		assert.Equal(t, key, out.Key(), "a request's key header must not reach the intent")
 	}
+}
+
+// encodeV1 writes in as version 1 did, with the history it then held: flags
+// (supplied, in doubt) and FirstSentAt.
+func encodeV1(in *Intent, inDoubt bool, firstSent int64) []byte {
+	b := append([]byte(encodingMagic), 1)
+	for _, s := range [...]string{in.method, in.url, in.key, in.lane} {
+		b = binenc.Append(b, s)
+	}
+	var flags uint64
+	if in.supplied {
+		flags |= flagSupplied
+	}
+	if inDoubt {
+		flags |= flagV1InDoubt
+	}
+	b = binary.AppendUvarint(b, flags)
+	b = binary.AppendVarint(b, binenc.Nanos(in.createdAt))
+	b = binary.AppendVarint(b, firstSent)
+	b = binary.AppendUvarint(b, uint64(len(in.header)))
+	for _, f := range in.header {
+		b = binenc.AppendHeader(b, f.name, f.values)
+	}
+	b = binenc.Append(b, in.body)
+	return binenc.Seal(b)
+}
+
+// TestUnmarshalVersion1: intents a queue stored before the history left the
+// Intent still decode, to the same intent; what version 1 kept of the
+// history is dropped, and a bad FirstSentAt is still refused.
+func TestUnmarshalVersion1(t *testing.T) {
+	in, err := NewIntent("POST", "https://api.example/pay", []byte(`{"a":1}`),
+		WithKey("k-1"), WithLane("lane-Zq"), WithHeader("Content-Type", "application/json"))
+	require.NoError(t, err)
+	for _, inDoubt := range []bool{false, true} {
+		var out Intent
+		require.NoError(t, out.UnmarshalBinary(encodeV1(in, inDoubt, time.Now().UnixNano())))
+		assert.Equal(t, fzFieldsOf(in), fzFieldsOf(&out))
+		again, err := out.MarshalBinary()
+		require.NoError(t, err)
+		assert.Equal(t, byte(encodingVersion), again[len(encodingMagic)], "written as the current version")
+	}
+	var bad Intent
+	assert.ErrorContains(t, bad.UnmarshalBinary(encodeV1(in, false, -5)), "before 1970")
+
+	current, err := in.MarshalBinary()
+	require.NoError(t, err)
+	current[len(encodingMagic)] = 2
+	flags := bytes.Index(current, []byte("lane-Zq")) + len("lane-Zq") // the flags follow the lane
+	current[flags] |= flagV1InDoubt
+	var strict Intent
+	assert.ErrorContains(t, strict.UnmarshalBinary(binenc.Seal(current[:len(current)-4])), "flags",
+		"version 2 has no in-doubt flag")
 }

@@ -3,6 +3,8 @@ package idem
 import (
 	"fmt"
 	"net/http"
+
+	"github.com/idem-go/idem/internal/methods"
 )
 
 // maxRedirects matches net/http's default policy.
@@ -31,7 +33,7 @@ func RedirectPolicy(header string, next func(req *http.Request, via []*http.Requ
 	header = keyHeaderName(header)
 	return func(req *http.Request, via []*http.Request) error {
 		if len(via) > 0 && req.URL.Host != via[0].URL.Host {
-			if !IsSafe(req.Method) && (via[0].Header.Get(header) != "" || via[0].Header.Get("X-Idempotency-Key") != "") {
+			if !methods.Safe(req.Method) && (via[0].Header.Get(header) != "" || via[0].Header.Get("X-Idempotency-Key") != "") {
 				return http.ErrUseLastResponse
 			}
 			for _, h := range [...]string{header, "X-Idempotency-Key", "Authorization", "Cookie", "Proxy-Authorization"} {

@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"github.com/idem-go/idem/internal/engine"
+
 	"context"
 	"errors"
 	"net/http"
@@ -40,11 +42,12 @@ func TestRedirectCrossHostKeyedWriteNotFollowed(t *testing.T) {
 			assert.Equal(t, code, e.Status)
 			assert.Contains(t, e.Error(), "another host")
 
-			s, err := c.Attempt(context.Background(), mustIntent(t, "POST", origin.URL+"/pay", "y"), History{})
+			s, err := engine.Attempt(context.Background(), engine.Call{Client: c, Intent: mustIntent(t, "POST", origin.URL+"/pay", "y")})
 			require.NoError(t, err)
 			s.Response.Body.Close()
-			assert.Equal(t, ActionStop, s.Decision.Action)
-			assert.ErrorIs(t, s.Decision.Cause, ErrRedirected)
+			assert.Equal(t, ActionStop, Action(s.Action))
+			assert.Equal(t, NotApplied, Outcome(s.Outcome))
+			assert.Contains(t, s.Reason, "another host")
 			assert.Empty(t, other.Requests(), "nothing reached the other host")
 		})
 	}

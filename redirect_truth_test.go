@@ -65,7 +65,7 @@ func TestRedirectSameHostThenCrossHost(t *testing.T) {
 	require.ErrorIs(t, err, ErrRedirected)
 	assert.Empty(t, other.Requests())
 	assert.ErrorIs(t, err, ErrNotApplied, "the documented outcome")
-	assert.False(t, in.ambiguous.Load(), "a followed redirect leaves nothing in doubt")
+	assert.False(t, asError(t, err).Attempts[0].Wire.Resent, "a followed redirect leaves nothing in doubt")
 }
 
 // TestTransportRedirectHops: a Transport in an http.Client (with

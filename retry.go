@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 )
 
 // Policy defaults.
@@ -18,9 +16,6 @@ const (
 	DefaultMaxDelay      = 10 * time.Second
 	DefaultMaxRetryAfter = 60 * time.Second
 )
-
-// jitter is the randomization factor: a delay d is drawn from [d/2, 3d/2).
-const jitter = 0.5
 
 // Policy says how many attempts an intent gets and how long to wait between
 // them. The zero Policy is the default policy; each zero field takes its
@@ -82,46 +77,10 @@ func (p Policy) withDefaults() (Policy, error) {
 	return p, nil
 }
 
-// newBackOff returns the exponential schedule of p without jitter: jitter is
-// applied by the caller from an injected source, so tests are exact.
-func (p Policy) newBackOff() *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.BaseDelay),
-		backoff.WithMaxInterval(p.MaxDelay),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(0),
-		backoff.WithMaxElapsedTime(0), // elapsed time is judged by the caller's clock
-	)
-}
-
-// Backoff returns the delay before retry number retry (1 for the first retry)
-// for a uniform random value r in [0, 1): the exponential schedule of p,
-// jittered and capped at MaxDelay. A queue that persists its retry count uses
-// it to compute the next attempt time. A Policy with a negative field backs off
-// by the default policy.
-func (p Policy) Backoff(retry int, r float64) time.Duration {
-	p, err := p.withDefaults()
-	if err != nil {
-		p, _ = Policy{}.withDefaults()
-	}
-	b := p.newBackOff()
-	d := b.NextBackOff()
-	for i := 1; i < retry && d < p.MaxDelay; i++ {
-		d = b.NextBackOff()
-	}
-	return jittered(d, r, p.MaxDelay)
-}
-
-// jittered spreads d over [d/2, 3d/2) by r in [0, 1), capped at max.
-func jittered(d time.Duration, r float64, max time.Duration) time.Duration {
-	j := time.Duration(float64(d) * (1 - jitter + 2*jitter*r))
-	return min(j, max)
-}
-
-// ParseRetryAfter reads a Retry-After value (RFC 9110 10.2.3): delay-seconds
+// parseRetryAfter reads a Retry-After value (RFC 9110 10.2.3): delay-seconds
 // or an HTTP-date, which is judged against now. It reports false for a
 // missing or malformed value; a date in the past gives 0.
-func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false

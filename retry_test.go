@@ -34,9 +34,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"Wed, 32 Dec 2026 10:00:00 GMT", 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := ParseRetryAfter(tt.in, now)
-		assert.Equal(t, tt.wantOK, ok, "ParseRetryAfter(%q) ok", tt.in)
-		assert.Equal(t, tt.want, got, "ParseRetryAfter(%q)", tt.in)
+		got, ok := parseRetryAfter(tt.in, now)
+		assert.Equal(t, tt.wantOK, ok, "parseRetryAfter(%q) ok", tt.in)
+		assert.Equal(t, tt.want, got, "parseRetryAfter(%q)", tt.in)
 	}
 }
 
@@ -57,34 +57,6 @@ func TestPolicyDefaults(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidPolicy, "%+v", bad)
 		assert.Contains(t, err.Error(), "is negative")
 	}
-}
-
-func TestPolicyBackoff(t *testing.T) {
-	p := Policy{}
-	tests := []struct {
-		retry int
-		r     float64
-		want  time.Duration
-	}{
-		{1, 0.5, 200 * time.Millisecond}, // the middle of [d/2, 3d/2)
-		{2, 0.5, 400 * time.Millisecond}, // doubles
-		{3, 0.5, 800 * time.Millisecond}, //
-		{1, 0, 100 * time.Millisecond},   // lowest
-		{1, 0.999, 299800 * time.Microsecond},
-		{6, 0.5, 6400 * time.Millisecond}, //
-		{7, 0.5, 10 * time.Second},        // capped before jitter
-		{7, 0.0, 5 * time.Second},         // jitter below the cap stays
-		{7, 0.99, 10 * time.Second},       // and above is capped
-		{1000, 0.5, 10 * time.Second},     // no overflow for large counts
-	}
-	for _, tt := range tests {
-		got := p.Backoff(tt.retry, tt.r)
-		assert.Equal(t, tt.want, got, "Backoff(%d, %v)", tt.retry, tt.r)
-	}
-	custom := Policy{BaseDelay: time.Second, MaxDelay: 3 * time.Second}
-	assert.Equal(t, 2*time.Second, custom.Backoff(2, 0.5))
-	assert.Equal(t, 3*time.Second, custom.Backoff(3, 0.5))
-	assert.Equal(t, 200*time.Millisecond, Policy{BaseDelay: -1}.Backoff(1, 0.5), "an invalid policy backs off by the defaults")
 }
 
 func TestBudget(t *testing.T) {

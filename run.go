@@ -12,6 +12,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/idem-go/idem/internal/delay"
+	"github.com/idem-go/idem/internal/methods"
 	"github.com/idem-go/idem/internal/wire"
 )
 
@@ -19,8 +21,8 @@ import (
 // its connection can be reused; a larger body costs a new connection instead.
 const maxDrain = 64 << 10
 
-// engine is what a run takes from its owner, a Client or a Transport.
-type engine struct {
+// runConfig is what a run takes from its owner, a Client or a Transport.
+type runConfig struct {
 	policy       Policy
 	budget       *Budget
 	deletePolicy DeletePolicy
@@ -29,26 +31,20 @@ type engine struct {
 	obs          observer
 }
 
-// run is the state of one operation: the attempts of one intent by Do, or of
-// one request by Transport. Its fields name its source rather than hold
-// closures over it: a run is made per operation, on the hot path.
+// run is the policy loop of one operation, the attempts of one intent by Do or
+// of one request by Transport, and the one owner of what those attempts
+// showed: the trail and whether the operation is in doubt. Its sender makes
+// and sends each attempt's request.
 type run struct {
-	engine
+	runConfig
+	s           sender
 	method, url string
 	hasKey      bool
+	host        string // the intent's host, for judging redirects; "" for a Transport
 	shownURL    string // safeURL(url), made on first use by the observer
 
-	// An intent sent by a Client...
-	c  *Client
-	in *Intent
-	hc *http.Client
-	// ... or a caller's request passed on by a Transport.
-	base    http.RoundTripper
-	req     *http.Request
-	reqUsed bool // the caller's own request (and body) went out
-
 	attempts  []Attempt // the trail; copied out, never shared, so a run can live on the stack
-	ambiguous bool      // an attempt so far left the operation in doubt (Decision.InDoubt)
+	ambiguous bool      // an attempt so far left the operation in doubt (decision.InDoubt)
 	bo        *backoff.ExponentialBackOff
 }
 
@@ -56,7 +52,7 @@ type run struct {
 // success it returns the final response. On a stop it returns the *Error,
 // and the last response if one came and is still unread, for the caller to
 // drain or pass on.
-func (r *run) loop(ctx context.Context) (*http.Response, Decision, *Error) {
+func (r *run) loop(ctx context.Context) (*http.Response, decision, *Error) {
 	for {
 		resp, d, err := r.step(ctx)
 		if err != nil { // the attempt could not be made at all
@@ -97,29 +93,24 @@ func (r *run) loop(ctx context.Context) (*http.Response, Decision, *Error) {
 }
 
 // step makes one attempt, decides on it and adds it to the trail.
-func (r *run) step(ctx context.Context) (*http.Response, Decision, error) {
+func (r *run) step(ctx context.Context) (*http.Response, decision, error) {
 	resp, att, err := r.attempt(ctx)
 	if err != nil {
-		return nil, Decision{}, err
+		return nil, decision{}, err
 	}
-	f := Facts{
+	f := facts{
 		Method: r.method, HasKey: r.hasKey, Wire: att.Wire, Err: att.Err,
 		Status: att.Status, EarlierAmbiguous: r.ambiguous, DeletePolicy: r.deletePolicy,
 	}
 	if resp != nil {
 		own := ownAnswer(resp, r.method)
 		att.Status, f.Status, f.Header = own.StatusCode, own.StatusCode, own.Header
-		f.RedirectOffHost = r.in != nil && r.hasKey && !IsSafe(r.method) && offHost(own, r.in.u.Host)
+		f.RedirectOffHost = r.host != "" && r.hasKey && !methods.Safe(r.method) && offHost(own, r.host)
 	}
-	d := Decide(f)
+	d := decide(f)
 	att.Class = d.Class
 	r.attempts = append(r.attempts, att)
-	if d.InDoubt {
-		r.ambiguous = true
-		if r.in != nil {
-			r.in.markAmbiguous()
-		}
-	}
+	r.ambiguous = r.ambiguous || d.InDoubt
 	return resp, d, nil
 }
 
@@ -172,7 +163,7 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 		timer = startTimer(r.policy.AttemptTimeout, cancel)
 	}
 	rec := wire.New()
-	req, err := r.build(rec.WithContext(actx))
+	req, err := r.s.request(rec.WithContext(actx))
 	if err != nil {
 		timer.Stop()
 		if cancel != nil {
@@ -182,7 +173,7 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	}
 
 	att := Attempt{Start: r.clock.Now()}
-	resp, err := r.send(req)
+	resp, err := r.s.send(req)
 	timer.Stop()
 	if err != nil && timer != nil && timer.fired.Load() {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
@@ -190,9 +181,6 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	att.Duration = r.clock.Now().Sub(att.Start)
 	f := rec.Facts()
 	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil, Resent: f.Resent}
-	if att.Wire.MayHaveReachedServer() && r.in != nil {
-		r.in.markSent(att.Start)
-	}
 	if err != nil {
 		att.Err = err
 		if cancel != nil {
@@ -239,16 +227,16 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration,
 	now := r.clock.Now()
 	wait, hinted := time.Duration(0), false
 	if resp != nil {
-		wait, hinted = ParseRetryAfter(resp.Header.Get("Retry-After"), now)
+		wait, hinted = parseRetryAfter(resp.Header.Get("Retry-After"), now)
 	}
 	if hinted && wait > r.policy.MaxRetryAfter {
 		return 0, r.fail(out, fmt.Sprintf("server asked to wait %v (Retry-After), over the %v cap", wait, r.policy.MaxRetryAfter), wait, ErrRetryAfterTooLong)
 	}
 	if !hinted {
 		if r.bo == nil {
-			r.bo = r.policy.newBackOff()
+			r.bo = delay.Schedule(r.policy.BaseDelay, r.policy.MaxDelay)
 		}
-		wait = jittered(r.bo.NextBackOff(), r.random(), r.policy.MaxDelay)
+		wait = delay.Jittered(r.bo.NextBackOff(), r.random(), r.policy.MaxDelay)
 	}
 	next := now.Add(wait)
 	if r.policy.MaxElapsed > 0 && next.Sub(r.attempts[0].Start) > r.policy.MaxElapsed {
@@ -267,40 +255,6 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration,
 // outcome is the outcome if the run ended now without success: Unknown once
 // an attempt left the operation in doubt.
 func (r *run) outcome() Outcome { return outcomeAfter(ClassNone, r.ambiguous) }
-
-// build returns the request of one attempt, with a fresh body.
-func (r *run) build(ctx context.Context) (*http.Request, error) {
-	if r.in != nil {
-		return r.c.request(ctx, r.in)
-	}
-	if !r.reqUsed { // the caller's own body goes out on the first attempt
-		if err := checkPort(r.req.URL); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-		}
-		if err := checkRequestHeader(r.req.Header, false); err != nil {
-			return nil, err
-		}
-		r.reqUsed = true
-		return r.req.WithContext(ctx), nil
-	}
-	out := r.req.Clone(ctx)
-	if r.req.GetBody != nil {
-		body, err := r.req.GetBody()
-		if err != nil {
-			return nil, fmt.Errorf("idem: replaying the request body: %w", err)
-		}
-		out.Body = body
-	}
-	return out, nil
-}
-
-// send sends one attempt's request.
-func (r *run) send(req *http.Request) (*http.Response, error) {
-	if r.hc != nil {
-		return r.hc.Do(req)
-	}
-	return r.base.RoundTrip(req)
-}
 
 // logsURL reports whether anything will want the URL as a string: a
 // Transport formats it only then.

@@ -82,14 +82,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	s := &requestSender{base: base, req: req}
 	r := run{
-		engine: engine{
+		runConfig: runConfig{
 			policy: p, budget: t.budget.or(t.Budget), deletePolicy: t.DeletePolicy,
 			clock: clockOr(t.clock), rand: t.rand,
 			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt},
 		},
-		method: req.Method, hasKey: t.keyed(req),
-		base: base, req: req,
+		s: s, method: req.Method, hasKey: t.keyed(req),
 	}
 	if r.method == "" {
 		r.method = http.MethodGet
@@ -106,7 +106,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx := req.Context()
 	resp, d, e := r.loop(ctx)
-	if !r.reqUsed {
+	if !s.used {
 		closeBody(req) // no attempt took it
 	}
 	rep, _ := ctx.Value(reportKey{}).(*Report)

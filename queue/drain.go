@@ -11,6 +11,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/delay"
+	"github.com/idem-go/idem/internal/engine"
 	"github.com/idem-go/idem/internal/redact"
 )
 
@@ -359,7 +361,7 @@ func (q *Queue) lease(r *Record, now time.Time) error {
 func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 	actx, cancel := context.WithTimeout(ctx, q.opts.AttemptTimeout)
 	defer cancel()
-	step, err := q.opts.Client.Attempt(actx, r.Intent, idem.History{Ambiguous: r.Ambiguous})
+	step, err := engine.Attempt(actx, engine.Call{Client: q.opts.Client, Intent: r.Intent, InDoubt: r.Ambiguous})
 	now := q.opts.now()
 	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
 		r.LastError = redact.Error(err)
@@ -379,30 +381,30 @@ func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 	if step.Response != nil {
 		res = q.keep(step.Response)
 	}
-	r.LastClass, r.LastStatus, r.LastError = step.Decision.Class, step.Attempt.Status, ""
-	if step.Attempt.Err != nil {
-		r.LastError = redact.Error(step.Attempt.Err)
+	class := idem.Class(step.Class)
+	r.LastClass, r.LastStatus, r.LastError = class, step.Status, ""
+	if step.Err != nil {
+		r.LastError = redact.Error(step.Err)
 	}
-	q.observe(step.Decision.Class)
-	if step.Decision.InDoubt { // ambiguous, resent by net/http, or a keyed 409
+	q.observe(class)
+	if step.InDoubt { // ambiguous, resent by net/http, or a keyed 409
 		r.Ambiguous = true
 	}
-	d := step.Decision
-	switch {
-	case d.Action == idem.ActionDone:
-		return now, q.settleLeased(r, Done, d.Outcome, "", res)
-	case d.Action == idem.ActionStop && step.Attempt.Status == http.StatusUnauthorized:
+	switch action, outcome := idem.Action(step.Action), idem.Outcome(step.Outcome); {
+	case action == idem.ActionDone:
+		return now, q.settleLeased(r, Done, outcome, "", res)
+	case action == idem.ActionStop && step.Status == http.StatusUnauthorized:
 		return q.unauthorized(r, now)
-	case d.Action == idem.ActionStop:
-		return now, q.settleLeased(r, Failed, d.Outcome, d.Reason, res)
+	case action == idem.ActionStop:
+		return now, q.settleLeased(r, Failed, outcome, step.Reason, res)
 	}
-	return q.retryLater(r, d, step.RetryAfter, now)
+	return q.retryLater(r, class, step.RetryAfter, now)
 }
 
-// retryLater schedules the next attempt of r, or settles it when no attempt
-// could be made in time.
-func (q *Queue) retryLater(r *Record, d idem.Decision, retryAfter time.Duration, now time.Time) (time.Time, error) {
-	if d.Class == idem.ClassNeverSent {
+// retryLater schedules the next attempt of r, whose last attempt had class
+// c, or settles it when no attempt could be made in time.
+func (q *Queue) retryLater(r *Record, c idem.Class, retryAfter time.Duration, now time.Time) (time.Time, error) {
+	if c == idem.ClassNeverSent {
 		r.unsend()
 	}
 	if q.opts.MaxAttempts > 0 && r.Attempts >= q.opts.MaxAttempts {
@@ -534,8 +536,7 @@ func (q *Queue) outcomeOf(r *Record) idem.Outcome {
 
 // backoff is the wait before r's next attempt.
 func (q *Queue) backoff(r *Record) time.Duration {
-	p := idem.Policy{BaseDelay: q.opts.RetryBase, MaxDelay: q.opts.RetryMax}
-	return p.Backoff(max(r.Attempts, 1), q.opts.rand())
+	return delay.Nth(q.opts.RetryBase, q.opts.RetryMax, max(r.Attempts, 1), q.opts.rand())
 }
 
 // observe feeds an attempt's class to offline detection. A request that

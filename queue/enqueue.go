@@ -10,6 +10,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/methods"
 	"github.com/idem-go/idem/internal/redact"
 )
 
@@ -43,7 +44,7 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b bucket
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if !in.HasKey() && !idem.IsIdempotent(in.Method()) {
+	if !in.HasKey() && !methods.Idempotent(in.Method()) {
 		return 0, fmt.Errorf("%w: %s %s", ErrNeedsKey, in.Method(), redact.RawURL(in.URL()))
 	}
 	now := q.opts.now()

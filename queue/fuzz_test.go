@@ -100,7 +100,7 @@ type fzFields struct {
 	ResultBody                                                     []byte
 	Method, URL, Key, Lane                                         string
 	KeySupplied                                                    bool
-	CreatedAt, IntentFirstSentAt                                   int64
+	CreatedAt                                                      int64
 	Header                                                         http.Header
 	Body                                                           []byte
 }
@@ -125,7 +125,7 @@ func fzRecordFields(r *Record) fzFields {
 		return f
 	}
 	f.Method, f.URL, f.Key, f.Lane, f.KeySupplied = in.Method(), in.URL(), in.Key(), in.Lane(), in.KeySupplied()
-	f.CreatedAt, f.IntentFirstSentAt = binenc.Nanos(in.CreatedAt()), binenc.Nanos(in.FirstSentAt())
+	f.CreatedAt = binenc.Nanos(in.CreatedAt())
 	f.Header, f.Body = in.Header(), in.Body()
 	return f
 }

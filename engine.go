@@ -1,0 +1,42 @@
+package idem
+
+import (
+	"context"
+
+	"github.com/idem-go/idem/internal/engine"
+)
+
+func init() { engine.Register(attemptOnce) }
+
+// attemptOnce makes exactly one attempt for a companion package such as the
+// queue, which keeps the schedule (see package internal/engine): the run's
+// policy loop is left out, its sender, decision and observer are the same.
+func attemptOnce(ctx context.Context, call engine.Call) (engine.Step, error) {
+	c, _ := call.Client.(*Client)
+	in, _ := call.Intent.(*Intent)
+	if c == nil {
+		c = &Client{}
+	}
+	var r run
+	if err := c.initRun(&r, ctx, in); err != nil {
+		return engine.Step{}, err
+	}
+	if call.Timeout > 0 {
+		r.policy.AttemptTimeout = call.Timeout
+	}
+	r.ambiguous = call.InDoubt
+	resp, d, err := r.step(ctx)
+	if err != nil {
+		return engine.Step{}, err
+	}
+	r.obs.attempt(ctx, &r, d.Action)
+	a := r.attempts[0]
+	s := engine.Step{
+		Class: uint8(d.Class), Action: uint8(d.Action), Outcome: uint8(d.Outcome), InDoubt: d.InDoubt,
+		Reason: d.Reason, Status: a.Status, Err: a.Err, Response: resp,
+	}
+	if resp != nil {
+		s.RetryAfter, _ = parseRetryAfter(resp.Header.Get("Retry-After"), r.clock.Now())
+	}
+	return s, nil
+}

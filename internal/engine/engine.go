@@ -1,0 +1,69 @@
+// Package engine opens the idem Client's engine to the companion packages of
+// this module, the queue first: they make one attempt at a time through a
+// Client, with its requests, credentials, redirect rules, wire recording,
+// decision table and counters, and keep the schedule themselves. Package idem
+// exports no API for single attempts: a user runs operations with Client.Do,
+// and a schedule spread over hours and restarts belongs to a queue.
+//
+// Package idem registers its implementation when it is initialised, before
+// any code of a package that imports it runs; it never changes afterwards.
+package engine
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Call is one attempt to make.
+type Call struct {
+	// Client is the *idem.Client that sends the attempt.
+	Client any
+	// Intent is the *idem.Intent to send.
+	Intent any
+	// InDoubt reports that an earlier attempt of the operation left it in
+	// doubt: from then on only a success settles it.
+	InDoubt bool
+	// Timeout bounds the attempt until its response headers arrive; 0 means
+	// the Client's own Policy.AttemptTimeout.
+	Timeout time.Duration
+}
+
+// Step is what one attempt showed, and the decision table's verdict on it.
+// Class, Action and Outcome hold values of idem.Class, idem.Action and
+// idem.Outcome.
+type Step struct {
+	Class   uint8
+	Action  uint8
+	Outcome uint8
+	// InDoubt reports that this attempt left the operation in doubt.
+	InDoubt bool
+	// Reason says why the decision is to stop; empty otherwise.
+	Reason string
+	// Status is the status of the request's own answer; 0 when none came.
+	Status int
+	// Err is the attempt's transport error; nil when an answer came.
+	Err error
+	// Response is the response, or nil; the caller must close its Body.
+	Response *http.Response
+	// RetryAfter is the wait the answer asked for, not capped; 0 for none.
+	RetryAfter time.Duration
+}
+
+var attempt func(context.Context, Call) (Step, error)
+
+// Register sets the implementation of Attempt. Package idem calls it once,
+// from its init function; a second call panics.
+func Register(f func(context.Context, Call) (Step, error)) {
+	if attempt != nil {
+		panic("engine: Register called twice")
+	}
+	attempt = f
+}
+
+// Attempt makes exactly one attempt of c.Intent through c.Client and decides
+// on it. It neither waits nor spends the Client's retry budget. A non-nil
+// error means no attempt was made: ctx had ended, or the request could not
+// be built or authorized (an error wrapping idem.ErrInvalidRequest then means
+// no attempt ever can be).
+func Attempt(ctx context.Context, c Call) (Step, error) { return attempt(ctx, c) }

@@ -1,0 +1,111 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// A sender makes the request of each attempt of one operation and sends it,
+// as net/http's send does for Client.do: the policy loop (run) never builds a
+// request itself. An intentSender serves Client, a requestSender Transport.
+type sender interface {
+	// request returns the request of the next attempt, with ctx. An error
+	// means no attempt can be made; it wraps ErrInvalidRequest when none
+	// ever can.
+	request(ctx context.Context) (*http.Request, error)
+	// send sends one attempt's request.
+	send(req *http.Request) (*http.Response, error)
+}
+
+// intentSender sends the attempts of an Intent through a Client: the
+// intent's bytes and headers, the key, fresh credentials.
+type intentSender struct {
+	c  *Client
+	in *Intent
+	hc *http.Client
+}
+
+func (s *intentSender) send(req *http.Request) (*http.Response, error) { return s.hc.Do(req) }
+
+func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
+	in, c := s.in, s.c
+	// From the URL the intent parsed once: given the URL, NewRequest would
+	// parse it again on every attempt. Given "", it parses nothing and
+	// allocates the URL this copies the intent's into.
+	req, err := http.NewRequestWithContext(ctx, in.method, "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("idem: building request: %w", err)
+	}
+	*req.URL = *in.u
+	req.Host = in.u.Host
+	for _, f := range in.header {
+		req.Header[f.name] = f.values // clipped at NewIntent: an append here copies
+	}
+	if in.body != nil {
+		body := in.body
+		req.ContentLength = int64(len(body))
+		req.Body = newBody(body)
+		// GetBody lets net/http follow a 307 or 308 with the body, as it
+		// does for NewRequest's bodies.
+		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
+	}
+	if in.HasKey() {
+		v := in.key
+		if c.KeyFormat == KeySFString {
+			v = `"` + v + `"`
+		}
+		req.Header[keyHeaderName(c.KeyHeader)] = []string{v}
+	}
+	if c.Authorize != nil {
+		if err := c.Authorize(ctx, req); err != nil {
+			return nil, fmt.Errorf("idem: authorize: %w", err)
+		}
+		// The intent's own headers were checked by NewIntent; the hook's
+		// may hold what net/http would refuse, or let through to harm.
+		if err := checkRequestHeader(req.Header, true); err != nil {
+			return nil, fmt.Errorf("idem: authorize: %w", err)
+		}
+	}
+	return req, nil
+}
+
+// newBody is a request body over an intent's bytes. It must stay an
+// io.NopCloser around a *bytes.Reader: net/http recognises that pair as held
+// in memory and sends headers and body in one write; any other type costs a
+// separate flush of the headers.
+func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+
+// requestSender passes a caller's request on, for Transport: the request
+// itself on the first attempt, a clone with a body from GetBody after.
+type requestSender struct {
+	base http.RoundTripper
+	req  *http.Request
+	used bool // the caller's own request (and body) went out
+}
+
+func (s *requestSender) send(req *http.Request) (*http.Response, error) { return s.base.RoundTrip(req) }
+
+func (s *requestSender) request(ctx context.Context) (*http.Request, error) {
+	if !s.used { // the caller's own body goes out on the first attempt
+		if err := checkPort(s.req.URL); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		if err := checkRequestHeader(s.req.Header, false); err != nil {
+			return nil, err
+		}
+		s.used = true
+		return s.req.WithContext(ctx), nil
+	}
+	out := s.req.Clone(ctx)
+	if s.req.GetBody != nil {
+		body, err := s.req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("idem: replaying the request body: %w", err)
+		}
+		out.Body = body
+	}
+	return out, nil
+}
