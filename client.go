@@ -182,8 +182,12 @@ func (c *Client) Resume(ctx context.Context, in *Intent, prior error) (*Result, 
 
 // run runs in, in doubt from the start when inDoubt is set.
 func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, error) {
+	p, err := c.Policy.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	var r run
-	if err := c.initRun(&r, ctx, in); err != nil {
+	if err := c.initRun(&r, ctx, in, p); err != nil {
 		return nil, err
 	}
 	r.ambiguous = inDoubt
@@ -201,17 +205,14 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 	return res, nil
 }
 
-// initRun validates the arguments of a run of in and prepares r.
-func (c *Client) initRun(r *run, ctx context.Context, in *Intent) error {
+// initRun validates the arguments of a run of in under policy p, which has
+// its defaults, and prepares r.
+func (c *Client) initRun(r *run, ctx context.Context, in *Intent, p Policy) error {
 	if in == nil {
 		return fmt.Errorf("%w: nil intent", ErrInvalidIntent)
 	}
 	if ctx == nil {
 		return errors.New("idem: nil context")
-	}
-	p, err := c.Policy.withDefaults()
-	if err != nil {
-		return err
 	}
 	*r = run{
 		runConfig: runConfig{

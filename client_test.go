@@ -543,8 +543,7 @@ func TestEngineAttemptBadInput(t *testing.T) {
 	//lint:ignore SA1012 testing the nil-context guard
 	_, err = engine.Attempt(nil, engine.Call{Client: c, Intent: in}) //nolint:staticcheck
 	assert.ErrorContains(t, err, "nil context")
-	c.Policy.BaseDelay = -1
-	_, err = engine.Attempt(context.Background(), engine.Call{Client: c, Intent: in})
+	_, err = engine.Attempt(context.Background(), engine.Call{Client: c, Intent: in, Timeout: -1})
 	assert.ErrorIs(t, err, ErrInvalidPolicy)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -44,7 +44,8 @@
 // or 301/302 after a POST) is judged by its own answer, the redirect, not by
 // the GET's status.
 //
-// Classify and Decide implement this table as pure functions.
+// The functions classify and decide implement this table as pure functions
+// over the facts of one attempt.
 //
 // # Outcomes
 //
@@ -56,8 +57,8 @@
 //   - NotApplied: the server did not act. A *Result for a 4xx rejection, or
 //     an *Error matching ErrNotApplied when attempts never got through. A new
 //     intent is safe.
-//   - Unknown: an attempt left the operation in doubt (Decision.InDoubt)
-//     and nothing later settled it. An *Error matching ErrOutcomeUnknown:
+//   - Unknown: an attempt left the operation in doubt and nothing later
+//     settled it. An *Error matching ErrOutcomeUnknown:
 //     reconcile, do not resubmit under a new key. In doubt means an
 //     ambiguous attempt, a keyed 409 (a request under the key is in flight
 //     and may still apply), or a resend net/http made after the headers had

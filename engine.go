@@ -17,12 +17,15 @@ func attemptOnce(ctx context.Context, call engine.Call) (engine.Step, error) {
 	if c == nil {
 		c = &Client{}
 	}
-	var r run
-	if err := c.initRun(&r, ctx, in); err != nil {
+	// The caller's schedule replaces the Client's Policy: of a policy, one
+	// attempt needs only its timeout.
+	p, err := Policy{AttemptTimeout: call.Timeout}.withDefaults()
+	if err != nil {
 		return engine.Step{}, err
 	}
-	if call.Timeout > 0 {
-		r.policy.AttemptTimeout = call.Timeout
+	var r run
+	if err := c.initRun(&r, ctx, in, p); err != nil {
+		return engine.Step{}, err
 	}
 	r.ambiguous = call.InDoubt
 	resp, d, err := r.step(ctx)

@@ -211,7 +211,7 @@ func fzFieldsOf(in *Intent) fzIntentFields {
 	return fzIntentFields{
 		Method: in.Method(), URL: in.URL(), Key: in.Key(), Lane: in.Lane(), KeySupplied: in.KeySupplied(),
 		CreatedAt: binenc.Nanos(in.CreatedAt()),
-		Header: in.Header(), Body: in.Body(),
+		Header:    in.Header(), Body: in.Body(),
 	}
 }
 

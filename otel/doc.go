@@ -68,8 +68,8 @@
 // # Caveats
 //
 // idem.operations and idem.replays count the operations Client.Do and
-// Transport.RoundTrip finished. A queue's attempts go through its client's
-// Attempt method: they count in idem.attempts, with the action their
+// Transport.RoundTrip finished. A queue makes its attempts one at a time
+// through its client: they count in idem.attempts, with the action their
 // decision gave ("retry" when the queue will try again), but a queue's
 // records end in idem.queue.records, not in idem.operations. Each of them
 // is a first attempt to the client, so it has no

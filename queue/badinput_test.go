@@ -443,7 +443,7 @@ func TestBadInputNoSecretInFile(t *testing.T) {
 	}
 
 	path := filepath.Join(t.TempDir(), "q.db")
-	q, err := Open(path, Options{Client: client, RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond, idle: 5 * time.Millisecond})
+	q, err := Open(path, Options{Client: client, Policy: idem.Policy{BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}, idle: 5 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -100,7 +100,7 @@ func TestResetClockExpiresFutureFirstSent(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable) // ambiguous: retried
 	})
 	var ev events
-	q, path := openTest(t, Options{now: clk.Now, Client: &idem.Client{}, Notify: ev.notify, RetryBase: time.Hour, RetryMax: time.Hour})
+	q, path := openTest(t, Options{now: clk.Now, Client: &idem.Client{}, Notify: ev.notify, Policy: idem.Policy{BaseDelay: time.Hour, MaxDelay: time.Hour}})
 	ctx := waitCtx(t)
 	clk.Add(year) // the wrong clock
 	id, err := q.Enqueue(ctx, post(t, srv.URL, 1))

@@ -375,11 +375,9 @@ func crashChild() int {
 		Transport: &http.Transport{MaxIdleConnsPerHost: crashWorkers * 2, IdleConnTimeout: 10 * time.Second},
 	}
 	q, err := queue.Open(path, queue.Options{
-		Client:         &idem.Client{HTTPClient: hc},
-		Workers:        crashWorkers,
-		AttemptTimeout: time.Second,
-		RetryBase:      15 * time.Millisecond,
-		RetryMax:       200 * time.Millisecond,
+		Client:  &idem.Client{HTTPClient: hc},
+		Workers: crashWorkers,
+		Policy:  idem.Policy{AttemptTimeout: time.Second, BaseDelay: 15 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
 		Notify: func(e queue.Event) {
 			if e.Kind == queue.EventError {
 				crashFail("%s %v", crashEventPrefix, e.Err)

@@ -33,7 +33,7 @@
 // A server forgets a key some time after it first saw it (Options.Retention;
 // Stripe keeps keys at least 24 hours). A resend after that is a new
 // operation: a silent duplicate. Before every attempt the queue checks
-// now + AttemptTimeout against FirstSentAt + Retention - Margin, and a record
+// now + Policy.AttemptTimeout against FirstSentAt + Retention - Margin, and a record
 // past it becomes expired, with Outcome Unknown if an attempt left the
 // operation in doubt (an ambiguous attempt, a 409 under its key, a resend
 // by net/http: it may have happened) or NotApplied. Expired records are

@@ -242,7 +242,7 @@ func (q *Queue) work(ctx context.Context, l *lane) {
 		next = now
 	case err != nil:
 		q.notify(Event{Kind: EventError, Err: err})
-		next = now.Add(q.opts.RetryBase)
+		next = now.Add(q.opts.Policy.BaseDelay)
 	}
 	q.mu.Lock()
 	l.nextAt = next
@@ -359,9 +359,12 @@ func (q *Queue) lease(r *Record, now time.Time) error {
 
 // attempt sends one attempt of the leased r and records what followed.
 func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
-	actx, cancel := context.WithTimeout(ctx, q.opts.AttemptTimeout)
+	// The timeout bounds the stored body's reading too, which the horizon
+	// counts as part of the attempt.
+	timeout := q.opts.Policy.AttemptTimeout
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	step, err := engine.Attempt(actx, engine.Call{Client: q.opts.Client, Intent: r.Intent, InDoubt: r.Ambiguous})
+	step, err := engine.Attempt(actx, engine.Call{Client: q.opts.Client, Intent: r.Intent, InDoubt: r.Ambiguous, Timeout: timeout})
 	now := q.opts.now()
 	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
 		r.LastError = redact.Error(err)
@@ -407,8 +410,13 @@ func (q *Queue) retryLater(r *Record, c idem.Class, retryAfter time.Duration, no
 	if c == idem.ClassNeverSent {
 		r.unsend()
 	}
-	if q.opts.MaxAttempts > 0 && r.Attempts >= q.opts.MaxAttempts {
+	p := q.opts.Policy
+	if p.MaxAttempts > 0 && r.Attempts >= p.MaxAttempts {
 		return now, q.settleLeased(r, Failed, q.outcomeOf(r), fmt.Sprintf("attempts exhausted (%d)", r.Attempts), nil)
+	}
+	if p.MaxRetryAfter > 0 && retryAfter > p.MaxRetryAfter {
+		reason := fmt.Sprintf("server asked to wait %v (Retry-After), over the %v cap", retryAfter, p.MaxRetryAfter)
+		return now, q.settleLeased(r, Failed, q.outcomeOf(r), reason, nil)
 	}
 	wait := max(q.backoff(r), retryAfter)
 	next := now.Add(wait)
@@ -536,7 +544,7 @@ func (q *Queue) outcomeOf(r *Record) idem.Outcome {
 
 // backoff is the wait before r's next attempt.
 func (q *Queue) backoff(r *Record) time.Duration {
-	return delay.Nth(q.opts.RetryBase, q.opts.RetryMax, max(r.Attempts, 1), q.opts.rand())
+	return delay.Nth(q.opts.Policy.BaseDelay, q.opts.Policy.MaxDelay, max(r.Attempts, 1), q.opts.rand())
 }
 
 // observe feeds an attempt's class to offline detection. A request that

@@ -34,7 +34,7 @@ func clientFor(s *idemtest.Server) *idem.Client {
 
 // fast are options for tests that let records retry on the real clock.
 func fast(c *idem.Client) Options {
-	return Options{Client: c, RetryBase: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond, AttemptTimeout: 2 * time.Second, Workers: 4}
+	return Options{Client: c, Policy: idem.Policy{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, AttemptTimeout: 2 * time.Second}, Workers: 4}
 }
 
 func TestDrainExactlyOnce(t *testing.T) {
@@ -456,15 +456,30 @@ func TestDrainSettles(t *testing.T) {
 			}
 			w.WriteHeader(404)
 		}, Done, idem.AlreadyApplied, "", 404},
-		{"attempts exhausted", "POST", Options{MaxAttempts: 3}, func(w http.ResponseWriter, _ int) { w.WriteHeader(503) },
+		{"attempts exhausted", "POST", Options{Policy: idem.Policy{MaxAttempts: 3}}, func(w http.ResponseWriter, _ int) { w.WriteHeader(503) },
 			Failed, idem.Unknown, "attempts exhausted (3)", 0},
+		{"Retry-After over the policy's cap", "POST", Options{Policy: idem.Policy{MaxRetryAfter: time.Minute}}, func(w http.ResponseWriter, _ int) {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(429)
+		}, Failed, idem.NotApplied, "Retry-After), over the 1m0s cap", 0},
+		{"a Client's Policy is not the queue's", "POST", Options{Client: &idem.Client{Policy: idem.Policy{MaxAttempts: 1, MaxRetryAfter: time.Second}}},
+			func(w http.ResponseWriter, seen int) {
+				if seen < 2 {
+					w.Header().Set("Retry-After", "0")
+					w.WriteHeader(429)
+					return
+				}
+				w.WriteHeader(201)
+			}, Done, idem.Applied, "", 201},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, body string, seen int) { tt.answer(w, seen) })
 			opts := tt.opts
-			opts.Client = &idem.Client{}
-			opts.RetryBase, opts.RetryMax = time.Millisecond, 5*time.Millisecond
+			if opts.Client == nil {
+				opts.Client = &idem.Client{}
+			}
+			opts.Policy.BaseDelay, opts.Policy.MaxDelay = time.Millisecond, 5*time.Millisecond
 			q, _ := openTest(t, opts)
 			ctx := waitCtx(t)
 			in, err := idem.NewIntent(tt.method, srv.URL+"/r/1", []byte("x"))

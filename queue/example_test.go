@@ -37,8 +37,8 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	q, err := queue.Open(filepath.Join(dir, "intents.db"), queue.Options{
-		Client:    &idem.Client{HTTPClient: api.Client()},
-		RetryBase: 10 * time.Millisecond, // the default is a second
+		Client: &idem.Client{HTTPClient: api.Client()},
+		Policy: idem.Policy{BaseDelay: 10 * time.Millisecond}, // the default is a second
 	})
 	if err != nil {
 		panic(err)

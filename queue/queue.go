@@ -25,9 +25,6 @@ const (
 	DefaultWorkers        = 4
 	DefaultRetention      = 24 * time.Hour
 	DefaultMargin         = time.Hour
-	DefaultAttemptTimeout = 30 * time.Second
-	DefaultRetryBase      = time.Second
-	DefaultRetryMax       = 5 * time.Minute
 	DefaultMaxItems       = 1_000_000
 	DefaultMaxBytes       = 1 << 30
 	DefaultMaxResultBody  = 64 << 10
@@ -36,13 +33,32 @@ const (
 	DefaultClockTolerance = 5 * time.Minute
 )
 
+// DefaultPolicy returns the policy a Queue fills the zero fields of
+// Options.Policy from: made for a schedule of minutes and hours, where a
+// Client's is made for one of seconds. Its zero MaxAttempts and MaxRetryAfter
+// mean no limit but the horizon.
+func DefaultPolicy() idem.Policy {
+	return idem.Policy{BaseDelay: time.Second, MaxDelay: 5 * time.Minute, AttemptTimeout: 30 * time.Second}
+}
+
 // Options configure a Queue. The zero Options are the defaults; each zero
 // field takes its default. Negative values are invalid.
 type Options struct {
 	// Client sends the attempts: its HTTPClient, Authorize hook, key header
-	// and AttemptTimeout apply; its MaxAttempts and budget do not, since the
-	// queue keeps its own schedule. If nil, a zero idem.Client is used.
+	// and format, DeletePolicy, Logger and OnAttempt apply, and its Stats
+	// count the attempts. Its Policy and Budget do not: the queue keeps its
+	// own schedule, by Policy. If nil, a zero idem.Client is used.
 	Client *idem.Client
+	// Policy shapes the attempts of each record as a Client's Policy shapes
+	// a call's, spread over minutes and hours: BaseDelay and MaxDelay the
+	// backoff between attempts (a server's Retry-After is honoured in its
+	// place), AttemptTimeout each attempt (it is counted by the horizon),
+	// MaxAttempts how many a record gets before it fails, MaxRetryAfter the
+	// longest Retry-After waited before the record fails. MaxElapsed is not
+	// read: the horizon and MaxAge bound a record's life. A zero field takes
+	// its value from DefaultPolicy: 1 s and 5 min backoff, 30 s per attempt,
+	// and no limit but the horizon on attempts and Retry-After.
+	Policy idem.Policy
 	// Workers is how many lanes drain in parallel; 0 means DefaultWorkers.
 	Workers int
 	// Retention is how long the server keeps an idempotency key; 0 means
@@ -56,16 +72,6 @@ type Options struct {
 	// all, for operations that go stale (an order from yesterday); 0 means
 	// no limit.
 	MaxAge time.Duration
-	// AttemptTimeout bounds each attempt, and is counted by the horizon; 0
-	// means DefaultAttemptTimeout.
-	AttemptTimeout time.Duration
-	// RetryBase and RetryMax shape the backoff between attempts of one
-	// record (exponential with jitter); 0 means DefaultRetryBase and
-	// DefaultRetryMax. A server's Retry-After is honoured however long.
-	RetryBase, RetryMax time.Duration
-	// MaxAttempts ends a record as failed after so many attempts; 0 means no
-	// limit but the horizon.
-	MaxAttempts int
 	// MaxItems and MaxBytes bound the unsettled records and their encoded
 	// size; Enqueue past them returns ErrQueueFull. 0 means DefaultMaxItems
 	// and DefaultMaxBytes.
@@ -112,8 +118,10 @@ func (o Options) withDefaults() (Options, error) {
 		v    int64
 	}{
 		{"Workers", int64(o.Workers)}, {"Retention", int64(o.Retention)}, {"Margin", int64(o.Margin)},
-		{"MaxAge", int64(o.MaxAge)}, {"AttemptTimeout", int64(o.AttemptTimeout)},
-		{"RetryBase", int64(o.RetryBase)}, {"RetryMax", int64(o.RetryMax)}, {"MaxAttempts", int64(o.MaxAttempts)},
+		{"MaxAge", int64(o.MaxAge)}, {"Policy.MaxAttempts", int64(o.Policy.MaxAttempts)},
+		{"Policy.BaseDelay", int64(o.Policy.BaseDelay)}, {"Policy.MaxDelay", int64(o.Policy.MaxDelay)},
+		{"Policy.MaxElapsed", int64(o.Policy.MaxElapsed)}, {"Policy.AttemptTimeout", int64(o.Policy.AttemptTimeout)},
+		{"Policy.MaxRetryAfter", int64(o.Policy.MaxRetryAfter)},
 		{"MaxItems", int64(o.MaxItems)}, {"MaxBytes", o.MaxBytes}, {"MaxResultBody", int64(o.MaxResultBody)},
 		{"KeepSettled", int64(o.KeepSettled)}, {"LockTimeout", int64(o.LockTimeout)}, {"ClockTolerance", int64(o.ClockTolerance)},
 	} {
@@ -128,9 +136,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	set(&o.Retention, DefaultRetention)
 	set(&o.Margin, DefaultMargin)
-	set(&o.AttemptTimeout, DefaultAttemptTimeout)
-	set(&o.RetryBase, DefaultRetryBase)
-	set(&o.RetryMax, DefaultRetryMax)
+	def := DefaultPolicy()
+	set(&o.Policy.BaseDelay, def.BaseDelay)
+	set(&o.Policy.MaxDelay, def.MaxDelay)
+	set(&o.Policy.AttemptTimeout, def.AttemptTimeout)
 	set(&o.KeepSettled, DefaultKeepSettled)
 	set(&o.LockTimeout, DefaultLockTimeout)
 	set(&o.ClockTolerance, DefaultClockTolerance)
@@ -138,8 +147,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Margin >= o.Retention {
 		return o, fmt.Errorf("%w: Margin %v must be less than Retention %v", ErrInvalidOptions, o.Margin, o.Retention)
 	}
-	if o.AttemptTimeout >= o.Retention-o.Margin {
-		return o, fmt.Errorf("%w: AttemptTimeout %v leaves no time within Retention %v less Margin %v", ErrInvalidOptions, o.AttemptTimeout, o.Retention, o.Margin)
+	if o.Policy.AttemptTimeout >= o.Retention-o.Margin {
+		return o, fmt.Errorf("%w: Policy.AttemptTimeout %v leaves no time within Retention %v less Margin %v", ErrInvalidOptions, o.Policy.AttemptTimeout, o.Retention, o.Margin)
 	}
 	if o.Workers == 0 {
 		o.Workers = DefaultWorkers
@@ -249,7 +258,7 @@ func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
 		db: db, lock: lf, path: path, opts: o,
 		h: horizon{
 			retention: o.Retention, margin: o.Margin, maxAge: o.MaxAge,
-			attemptTimeout: o.AttemptTimeout, clockTolerance: o.ClockTolerance,
+			attemptTimeout: o.Policy.AttemptTimeout, clockTolerance: o.ClockTolerance,
 		},
 		waiters: map[ID][]chan *Record{},
 		kick:    make(chan struct{}, 1),

@@ -40,7 +40,7 @@ func TestQueueKeyed409IsUnknown(t *testing.T) {
 	require.ErrorIs(t, err, idem.ErrOutcomeUnknown)
 
 	opts := fast(clientFor(s))
-	opts.MaxAttempts = 2
+	opts.Policy.MaxAttempts = 2
 	q, _ := openTest(t, opts)
 	run(t, q)
 	ctx := waitCtx(t)
@@ -171,7 +171,7 @@ func TestQueueOfflineDoesNotFlapOnLocalFailures(t *testing.T) {
 // TestQueueRecordRedacted: a record stores its last error without the URL's
 // query, and a pending record has no outcome yet rather than Unknown.
 func TestQueueRecordRedacted(t *testing.T) {
-	q, _ := openTest(t, Options{Client: &idem.Client{}, RetryBase: time.Hour, RetryMax: time.Hour})
+	q, _ := openTest(t, Options{Client: &idem.Client{}, Policy: idem.Policy{BaseDelay: time.Hour, MaxDelay: time.Hour}})
 	ctx := waitCtx(t)
 	id, err := q.Enqueue(ctx, post(t, "http://127.0.0.1:1/p?token=s3cret", 1))
 	require.NoError(t, err)

@@ -104,12 +104,10 @@ type drainer struct {
 func startQueue(ctx context.Context, path string, srv *idemtest.Server, cfg config, notify func(queue.Event)) (*drainer, error) {
 	tr := transport(srv, cfg)
 	q, err := queue.Open(path, queue.Options{
-		Client:         &idem.Client{HTTPClient: &http.Client{Transport: tr}},
-		Workers:        cfg.workers,
-		AttemptTimeout: cfg.timeout,
-		RetryBase:      queueRetryBase,
-		RetryMax:       queueRetryMax,
-		Notify:         notify,
+		Client:  &idem.Client{HTTPClient: &http.Client{Transport: tr}},
+		Workers: cfg.workers,
+		Policy:  idem.Policy{AttemptTimeout: cfg.timeout, BaseDelay: queueRetryBase, MaxDelay: queueRetryMax},
+		Notify:  notify,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: queue scene: %w", err)

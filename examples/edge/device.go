@@ -35,13 +35,11 @@ func boot(ctx context.Context, path string, srv *idemtest.Server, cfg config, n 
 	// reaches every attempt, as it would a device whose uplink is gone.
 	tr := &http.Transport{DialContext: srv.DialContext, DisableKeepAlives: true}
 	q, err := queue.Open(path, queue.Options{
-		Client:         &idem.Client{HTTPClient: &http.Client{Transport: tr}},
-		Retention:      cfg.retention,
-		Margin:         cfg.margin,
-		AttemptTimeout: attemptTimeout,
-		RetryBase:      retryBase,
-		RetryMax:       retryMax,
-		Notify:         n.event,
+		Client:    &idem.Client{HTTPClient: &http.Client{Transport: tr}},
+		Retention: cfg.retention,
+		Margin:    cfg.margin,
+		Policy:    idem.Policy{AttemptTimeout: attemptTimeout, BaseDelay: retryBase, MaxDelay: retryMax},
+		Notify:    n.event,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("edge: opening the queue: %w", err)

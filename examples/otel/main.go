@@ -82,7 +82,7 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	q, err := queue.Open(filepath.Join(dir, "intents.db"), queue.Options{
-		Client: client, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		Client: client, Policy: idem.Policy{BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
 	})
 	if err != nil {
 		return err

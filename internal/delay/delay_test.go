@@ -32,4 +32,3 @@ func TestNth(t *testing.T) {
 	assert.Equal(t, 2*time.Second, Nth(time.Second, 3*time.Second, 2, 0.5))
 	assert.Equal(t, 3*time.Second, Nth(time.Second, 3*time.Second, 3, 0.5))
 }
-

@@ -24,8 +24,9 @@ type Call struct {
 	// InDoubt reports that an earlier attempt of the operation left it in
 	// doubt: from then on only a success settles it.
 	InDoubt bool
-	// Timeout bounds the attempt until its response headers arrive; 0 means
-	// the Client's own Policy.AttemptTimeout.
+	// Timeout bounds the attempt until its response headers arrive, as
+	// Policy.AttemptTimeout does; 0 means no bound but ctx. The Client's own
+	// Policy is not read: the caller keeps the schedule.
 	Timeout time.Duration
 }
 
@@ -63,7 +64,7 @@ func Register(f func(context.Context, Call) (Step, error)) {
 
 // Attempt makes exactly one attempt of c.Intent through c.Client and decides
 // on it. It neither waits nor spends the Client's retry budget. A non-nil
-// error means no attempt was made: ctx had ended, or the request could not
-// be built or authorized (an error wrapping idem.ErrInvalidRequest then means
-// no attempt ever can be).
+// error means no attempt was made: ctx had ended, the intent is nil or the
+// timeout negative, or the request could not be built or authorized (an
+// error wrapping idem.ErrInvalidRequest then means no attempt ever can be).
 func Attempt(ctx context.Context, c Call) (Step, error) { return attempt(ctx, c) }
