@@ -3,6 +3,7 @@ package idem
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -61,4 +62,27 @@ func BenchmarkSuccessPOST(b *testing.B) {
 			res.Response.Body.Close()
 		}
 	})
+}
+
+// BenchmarkDecodeManyHeaders decodes an intent with 6,000 headers: the worst
+// case the index of intentConfig (see maxScan) keeps linear.
+func BenchmarkDecodeManyHeaders(b *testing.B) {
+	opts := make([]IntentOption, 0, 6000)
+	for i := range 6000 {
+		opts = append(opts, WithHeader(fmt.Sprintf("x%d", i), "v"))
+	}
+	in, err := NewIntent("POST", "http://h/x", nil, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := in.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		var out Intent
+		if err := out.UnmarshalBinary(data); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

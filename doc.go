@@ -82,7 +82,7 @@
 // reused connection fails before any answer, and resends HTTP/2 streams the
 // server refused or never processed (REFUSED_STREAM, above a GOAWAY's last
 // stream id). Attempt.Wire.Conns counts those connections, and
-// Stats.Attempts counts them as sends; Wire.Resent marks an attempt whose
+// Stats.Requests counts them as sends; Wire.Resent marks an attempt whose
 // headers had gone out before the resend, which leaves it in doubt.
 //
 // For existing *http.Client code, Transport applies the same decisions

@@ -139,7 +139,10 @@ type field struct {
 }
 
 // maxScan is how many headers addHeader searches one by one before it keeps
-// an index: decoding an intent with thousands must stay linear.
+// an index. Not a speed trick for the usual intent, which has a few headers:
+// a bound on the worst case, since UnmarshalBinary reads whatever a queue
+// file holds. An intent of 6,000 headers decodes in 3 ms with the index and
+// 79 ms without (BenchmarkDecodeManyHeaders, 2-core AMD EPYC).
 const maxScan = 8
 
 // addHeader adds values, which it keeps, to the header canon.

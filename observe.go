@@ -11,10 +11,10 @@ import (
 
 // Stats counts what a Client or a Transport has done since it was made.
 type Stats struct {
-	// Attempts counts requests sent, the first of each operation included,
+	// Requests counts requests sent, the first of each operation included,
 	// and the resends net/http makes by itself on a fresh connection (see
 	// Wire.Conns).
-	Attempts uint64
+	Requests uint64
 	// Retries counts retries, and RetriesAfter splits them by the class of
 	// the attempt they followed (never sent, not processed, ambiguous).
 	Retries      uint64
@@ -46,7 +46,7 @@ type metrics struct {
 func (m *metrics) stats(b *Budget) Stats {
 	s := Stats{
 		BudgetTokens: b.Tokens(),
-		Attempts:     m.attempts.Load(), Replays: m.replays.Load(), Conflicts: m.conflicts.Load(),
+		Requests:     m.attempts.Load(), Replays: m.replays.Load(), Conflicts: m.conflicts.Load(),
 		KeyReused: m.keyReused.Load(), BudgetRefusals: m.budgetRefusals.Load(),
 		RetriesAfter: map[Class]uint64{}, Outcomes: map[Outcome]uint64{},
 	}

@@ -94,7 +94,7 @@ func TestClientStatsAndHook(t *testing.T) {
 	require.ErrorIs(t, err, ErrKeyReused)
 
 	st := c.Stats()
-	assert.Equal(t, uint64(4), st.Attempts)
+	assert.Equal(t, uint64(4), st.Requests)
 	assert.Equal(t, uint64(2), st.Retries)
 	assert.Equal(t, map[Class]uint64{ClassNotProcessed: 1, ClassAmbiguous: 1}, st.RetriesAfter)
 	assert.Equal(t, uint64(1), st.Replays)

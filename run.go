@@ -179,7 +179,7 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
 	}
 	att.Duration = r.clock.Now().Sub(att.Start)
-	f := rec.Facts()
+	f := rec.Trace()
 	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil, Resent: f.Resent}
 	if err != nil {
 		att.Err = err

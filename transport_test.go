@@ -185,7 +185,7 @@ func TestTransportBudgetAndStats(t *testing.T) {
 	assert.Equal(t, 503, resp.StatusCode)
 	assert.Len(t, srv.Requests(), 2, "the budget allowed one retry")
 	st := tr.Stats()
-	assert.Equal(t, uint64(2), st.Attempts)
+	assert.Equal(t, uint64(2), st.Requests)
 	assert.Equal(t, uint64(1), st.Retries)
 	assert.Equal(t, uint64(1), st.BudgetRefusals)
 	assert.Equal(t, map[Outcome]uint64{Unknown: 1}, st.Outcomes)

@@ -279,7 +279,7 @@ func TestBudgetUnderRandomFaults(t *testing.T) {
 	wg.Wait()
 	st := c.Stats()
 	t.Logf("random faults: %d attempts for %d intents, %d retries, budget left %d, refusals %d, other failures %d",
-		st.Attempts, n, st.Retries, st.BudgetTokens, st.BudgetRefusals, failed.Load())
+		st.Requests, n, st.Retries, st.BudgetTokens, st.BudgetRefusals, failed.Load())
 	assert.Zero(t, refused.Load(), "no intent may end with ErrBudgetExhausted")
 	assert.Zero(t, st.BudgetRefusals)
 	assert.Greater(t, st.Retries, uint64(n/5), "the faults must have been exercised")

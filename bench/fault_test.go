@@ -128,9 +128,9 @@ func BenchmarkFault(b *testing.B) {
 			b.ReportMetric(float64(requests)/n, "attempts/op")
 			b.ReportMetric(float64(errs.Load())*1e4/n, "errors/10k")
 			if p.stats != nil {
-				// Attempts idem saw itself; fewer than the server saw when
+				// Requests idem counted itself: fewer than the server saw when
 				// net/http resent a keyed request on its own.
-				b.ReportMetric(float64(p.stats().Attempts)/n, "client-attempts/op")
+				b.ReportMetric(float64(p.stats().Requests)/n, "client-attempts/op")
 			}
 		})
 	}

@@ -77,7 +77,7 @@
 //
 // idem.attempts counts idem's attempts. When net/http itself resends a
 // request on a fresh connection (idem.Wire.Conns > 1), that is one attempt
-// here and more than one in Stats.Attempts.
+// here and more than one in Stats.Requests.
 //
 // Several clients instrumented with one MeterProvider share the instruments,
 // and without WithAttributes their series too: attempts add up, and so do

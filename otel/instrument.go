@@ -45,7 +45,7 @@ func instrument(onAttempt *func(context.Context, idem.AttemptInfo), stats func()
 
 // observeStats registers the observable counters that read stats.
 //
-// Stats.Attempts, Retries, RetriesAfter, Conflicts and KeyReused are left
+// Stats.Requests, Retries, RetriesAfter, Conflicts and KeyReused are left
 // out: idem.attempts counts the same attempts with attributes
 // (idem.action="retry" and idem.class for retries, http.response.status_code=409,
 // idem.class="key_reused"). A second count of retries would disagree with

@@ -461,7 +461,7 @@ func TestBadInputNoSecretInFile(t *testing.T) {
 		r, err := q.Wait(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, Done, r.State)
-		assert.Equal(t, 3, r.Attempts)
+		assert.Equal(t, 3, r.NumAttempts)
 	}
 	require.NoError(t, q.Close())
 	require.NoError(t, <-done)

@@ -109,7 +109,7 @@ func TestResetClockExpiresFutureFirstSent(t *testing.T) {
 	require.Eventually(t, func() bool { return len(srv.requests()) == 1 }, 5*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
 		r, err := q.Get(id)
-		return err == nil && r.State == Pending && r.Attempts == 1
+		return err == nil && r.State == Pending && r.NumAttempts == 1
 	}, 5*time.Second, time.Millisecond)
 	require.NoError(t, q.Close())
 

@@ -139,7 +139,7 @@ func TestCrashKillRestart(t *testing.T) {
 		if r.Ambiguous {
 			ambiguous++
 		}
-		attempts += r.Attempts
+		attempts += r.NumAttempts
 	}
 	for i := range n {
 		assert.Equal(t, 1, srv.EffectsForPayload(crashBody(i)), "effects of intent %d (%s)", i, crashKey(i))

@@ -345,7 +345,7 @@ func (q *Queue) forget(name string, id ID) {
 // marked as possibly sent, which is the safe side.
 func (q *Queue) lease(r *Record, now time.Time) error {
 	r.State = InFlight
-	r.Attempts++
+	r.NumAttempts++
 	r.LastAttemptAt = now
 	r.leaseSetFirstSent = r.FirstSentAt.IsZero()
 	if r.leaseSetFirstSent {
@@ -368,7 +368,7 @@ func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 	now := q.opts.now()
 	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
 		r.LastError = redact.Error(err)
-		r.Attempts--
+		r.NumAttempts--
 		r.unsend()
 		if errors.Is(err, idem.ErrInvalidRequest) { // no later attempt can cure it
 			r.LastClass = idem.ClassInvalid
@@ -411,8 +411,8 @@ func (q *Queue) retryLater(r *Record, c idem.Class, retryAfter time.Duration, no
 		r.unsend()
 	}
 	p := q.opts.Policy
-	if p.MaxAttempts > 0 && r.Attempts >= p.MaxAttempts {
-		return now, q.settleLeased(r, Failed, q.outcomeOf(r), fmt.Sprintf("attempts exhausted (%d)", r.Attempts), nil)
+	if p.MaxAttempts > 0 && r.NumAttempts >= p.MaxAttempts {
+		return now, q.settleLeased(r, Failed, q.outcomeOf(r), fmt.Sprintf("attempts exhausted (%d)", r.NumAttempts), nil)
 	}
 	if p.MaxRetryAfter > 0 && retryAfter > p.MaxRetryAfter {
 		reason := fmt.Sprintf("server asked to wait %v (Retry-After), over the %v cap", retryAfter, p.MaxRetryAfter)
@@ -544,7 +544,7 @@ func (q *Queue) outcomeOf(r *Record) idem.Outcome {
 
 // backoff is the wait before r's next attempt.
 func (q *Queue) backoff(r *Record) time.Duration {
-	return delay.Nth(q.opts.Policy.BaseDelay, q.opts.Policy.MaxDelay, max(r.Attempts, 1), q.opts.rand())
+	return delay.Nth(q.opts.Policy.BaseDelay, q.opts.Policy.MaxDelay, max(r.NumAttempts, 1), q.opts.rand())
 }
 
 // observe feeds an attempt's class to offline detection. A request that

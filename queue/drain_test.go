@@ -156,7 +156,7 @@ func TestDrainLanes(t *testing.T) {
 		r, err := q.Get(id)
 		require.NoError(t, err)
 		assert.Equal(t, Pending, r.State, "lane a waits behind its head")
-		assert.Zero(t, r.Attempts)
+		assert.Zero(t, r.NumAttempts)
 	}
 
 	clk.Add(time.Minute)
@@ -199,7 +199,7 @@ func TestDrainOfflineThenWake(t *testing.T) {
 	for _, id := range ids {
 		r, err := q.Get(id)
 		require.NoError(t, err)
-		attempts += r.Attempts
+		attempts += r.NumAttempts
 		assert.Equal(t, Pending, r.State)
 		assert.True(t, r.FirstSentAt.IsZero(), "a never-sent attempt leaves no FirstSentAt")
 	}
@@ -231,7 +231,7 @@ func TestDrainOfflineProbes(t *testing.T) {
 		if r.State == InFlight {
 			return -1
 		}
-		return r.Attempts
+		return r.NumAttempts
 	}
 	step := func() { // move time past the record's backoff and the probe delay
 		clk.Add(10 * time.Minute)
@@ -379,7 +379,7 @@ func TestDrainRetryAfterHonouredUncapped(t *testing.T) {
 	run(t, q)
 	require.Eventually(t, func() bool {
 		r, _ := q.Get(id)
-		return r != nil && r.Attempts == 1 && r.State == Pending
+		return r != nil && r.NumAttempts == 1 && r.State == Pending
 	}, 5*time.Second, time.Millisecond)
 	r, err := q.Get(id)
 	require.NoError(t, err)
@@ -416,7 +416,7 @@ func TestDrainClockBackwards(t *testing.T) {
 	assert.Len(t, srv.requests(), 1, "no send while the clock cannot be trusted")
 	r, err := q.Get(second)
 	require.NoError(t, err)
-	assert.Zero(t, r.Attempts)
+	assert.Zero(t, r.NumAttempts)
 
 	clk.Add(24 * time.Hour) // the clock is set right
 	r, err = q.Wait(ctx, second)
@@ -549,7 +549,7 @@ func TestCloseDuringAttempt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Pending, r.State)
 	assert.True(t, r.Ambiguous, "the request was sent and no answer came")
-	assert.Equal(t, 1, r.Attempts)
+	assert.Equal(t, 1, r.NumAttempts)
 	assert.Equal(t, idem.ClassAmbiguous, r.LastClass)
 }
 

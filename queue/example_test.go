@@ -60,7 +60,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(rec.State, rec.Outcome, rec.Result.Status, "after", rec.Attempts, "attempts")
+	fmt.Println(rec.State, rec.Outcome, rec.Result.Status, "after", rec.NumAttempts, "attempts")
 	fmt.Println("payments made:", api.EffectsForKey("order-42"))
 	// Output:
 	// done applied 201 after 2 attempts

@@ -107,7 +107,7 @@ type fzFields struct {
 
 func fzRecordFields(r *Record) fzFields {
 	f := fzFields{
-		ID: r.ID, State: r.State, Outcome: r.Outcome, Attempts: r.Attempts,
+		ID: r.ID, State: r.State, Outcome: r.Outcome, Attempts: r.NumAttempts,
 		NextAttempt: binenc.Nanos(r.NextAttempt), FirstSentAt: binenc.Nanos(r.FirstSentAt), LastAttemptAt: binenc.Nanos(r.LastAttemptAt),
 		EnqueuedAt: binenc.Nanos(r.EnqueuedAt), SettledAt: binenc.Nanos(r.SettledAt),
 		Ambiguous: r.Ambiguous, LeaseSetFirstSent: r.leaseSetFirstSent, Reauthorized: r.reauthorized, Damaged: r.Damaged,
@@ -146,17 +146,17 @@ func fzRecords(tb testing.TB) []*Record {
 		Intent: mk("POST", "https://api.example/pay", []byte(`{"amount":1}`), idem.WithKey("k-1"), idem.WithLane("acct")),
 	}
 	inFlight := &Record{
-		ID: 2, State: InFlight, Attempts: 1, FirstSentAt: base, LastAttemptAt: base, leaseSetFirstSent: true,
+		ID: 2, State: InFlight, NumAttempts: 1, FirstSentAt: base, LastAttemptAt: base, leaseSetFirstSent: true,
 		Intent: mk("PUT", "http://127.0.0.1:8080/r/1", nil, idem.WithoutKey(), idem.WithHeader("If-Match", `"e1"`)),
 	}
 	done := &Record{
-		ID: 3, State: Done, Outcome: idem.Applied, Attempts: 2, Ambiguous: true, reauthorized: true,
+		ID: 3, State: Done, Outcome: idem.Applied, NumAttempts: 2, Ambiguous: true, reauthorized: true,
 		LastClass: idem.ClassApplied, LastStatus: 201, SettledAt: base.Add(time.Minute),
 		Result: &Response{Status: 201, Header: http.Header{"Location": {"/pay/1"}, "Idempotent-Replayed": {"true"}}, Body: []byte(`{"id":1}`)},
 		Intent: mk("POST", "https://api.example/pay", []byte("x"), idem.WithKey("k-3")),
 	}
 	failed := &Record{
-		ID: 4, State: Failed, Outcome: idem.Unknown, Attempts: 3, Ambiguous: true, LastClass: idem.ClassRejected,
+		ID: 4, State: Failed, Outcome: idem.Unknown, NumAttempts: 3, Ambiguous: true, LastClass: idem.ClassRejected,
 		LastStatus: 412, LastError: "boom", Reason: "precondition failed (412)", ResubmittedAs: 9, SettledAt: base.Add(time.Hour),
 		Result: &Response{Status: 412, Body: []byte(strings.Repeat("e", 64)), Truncated: true},
 		Intent: mk("DELETE", "https://h/r/2", nil, idem.WithKey("k-4")),

@@ -354,7 +354,7 @@ func TestRecoverInFlight(t *testing.T) {
 	assert.Equal(t, Pending, got.State)
 	assert.True(t, got.Ambiguous, "an attempt nobody saw end is ambiguous")
 	assert.True(t, got.FirstSentAt.Equal(leased), "FirstSentAt %v, want %v", got.FirstSentAt, leased)
-	assert.Equal(t, 1, got.Attempts)
+	assert.Equal(t, 1, got.NumAttempts)
 	c, err = q.Counts()
 	require.NoError(t, err)
 	assert.Equal(t, 1, c[Pending])

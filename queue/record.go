@@ -95,8 +95,8 @@ type Record struct {
 	// Applied, AlreadyApplied, NotApplied or Unknown. Until then it is
 	// idem.NoOutcome ("none yet"), never to be read as Unknown.
 	Outcome idem.Outcome
-	// Attempts counts the attempts leased so far.
-	Attempts int
+	// NumAttempts counts the attempts leased so far.
+	NumAttempts int
 	// NextAttempt is when the next attempt is due, for a pending record.
 	NextAttempt time.Time
 	// FirstSentAt is when an attempt first may have reached the server; the
@@ -200,7 +200,7 @@ func (r *Record) encode() ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(r.ID))
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(r.Outcome))
-	b = binary.AppendUvarint(b, uint64(r.Attempts))
+	b = binary.AppendUvarint(b, uint64(r.NumAttempts))
 	for _, t := range [...]time.Time{r.NextAttempt, r.FirstSentAt, r.EnqueuedAt, r.LastAttemptAt} {
 		b = binary.AppendVarint(b, binenc.Nanos(t))
 	}
@@ -292,7 +292,7 @@ func decodeFields(body []byte) (r *Record, lane string, err error) {
 	r.ID = ID(d.Uvarint(math.MaxUint64, "ID"))
 	flags := d.Uvarint(math.MaxUint64, "flags")
 	r.Outcome = idem.Outcome(d.Uvarint(uint64(idem.NotApplied), "outcome"))
-	r.Attempts = int(d.Uvarint(math.MaxInt32, "attempts"))
+	r.NumAttempts = int(d.Uvarint(math.MaxInt32, "attempts"))
 	r.NextAttempt, r.FirstSentAt = d.Time("NextAttempt"), d.Time("FirstSentAt")
 	r.EnqueuedAt, r.LastAttemptAt = d.Time("EnqueuedAt"), d.Time("LastAttemptAt")
 	r.LastClass = idem.Class(d.Uvarint(uint64(idem.ClassRejected), "class"))

@@ -18,7 +18,7 @@ func sampleRecord(t *testing.T) *Record {
 	require.NoError(t, err)
 	base := time.Unix(1_800_000_000, 0)
 	return &Record{
-		ID: 42, Intent: in, State: Failed, Outcome: idem.Unknown, Attempts: 3,
+		ID: 42, Intent: in, State: Failed, Outcome: idem.Unknown, NumAttempts: 3,
 		NextAttempt: base.Add(time.Minute), FirstSentAt: base, Ambiguous: true,
 		LastAttemptAt: base.Add(30 * time.Second), LastClass: idem.ClassRejected, LastStatus: 412,
 		LastError: "boom", Reason: "rejected (412)", EnqueuedAt: base.Add(-time.Second), SettledAt: base.Add(2 * time.Minute),

@@ -79,7 +79,7 @@ func TestQueueCrossHostRedirectNotFollowed(t *testing.T) {
 	assert.Equal(t, Failed, r.State)
 	assert.Equal(t, idem.NotApplied, r.Outcome)
 	assert.Contains(t, r.Reason, "another host")
-	assert.Equal(t, 1, r.Attempts)
+	assert.Equal(t, 1, r.NumAttempts)
 	assert.Zero(t, other.Load(), "nothing reached the other host")
 }
 
@@ -119,7 +119,7 @@ func TestQueueInvalidRequestFails(t *testing.T) {
 			assert.Equal(t, Failed, r.State)
 			assert.Equal(t, idem.NotApplied, r.Outcome)
 			assert.Equal(t, idem.ClassInvalid, r.LastClass)
-			assert.LessOrEqual(t, r.Attempts, 1)
+			assert.LessOrEqual(t, r.NumAttempts, 1)
 			assert.NotEmpty(t, r.Reason)
 			assert.Equal(t, 1, ev.count(EventSettled))
 			assert.Zero(t, ev.count(EventOffline), "a local failure is not the network")
@@ -183,7 +183,7 @@ func TestQueueRecordRedacted(t *testing.T) {
 	run(t, q)
 	require.Eventually(t, func() bool {
 		r, err = q.Get(id)
-		return err == nil && r.Attempts > 0 && r.State == Pending
+		return err == nil && r.NumAttempts > 0 && r.State == Pending
 	}, 5*time.Second, 5*time.Millisecond)
 	assert.NotEmpty(t, r.LastError)
 	assert.NotContains(t, r.LastError, "s3cret")

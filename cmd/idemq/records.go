@@ -118,7 +118,7 @@ type resultView struct {
 func viewOf(r *queue.Record) recordView {
 	v := recordView{
 		ID: r.ID, State: stateName(r.State), Outcome: outcomeName(r.Outcome),
-		Attempts: r.Attempts, Ambiguous: r.Ambiguous,
+		Attempts: r.NumAttempts, Ambiguous: r.Ambiguous,
 		LastStatus: r.LastStatus, ResubmittedAs: r.ResubmittedAs, Damaged: r.Damaged,
 		EnqueuedAt: timeOrNil(r.EnqueuedAt), FirstSentAt: timeOrNil(r.FirstSentAt),
 		LastAttemptAt: timeOrNil(r.LastAttemptAt), SettledAt: timeOrNil(r.SettledAt),

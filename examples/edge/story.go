@@ -269,7 +269,7 @@ func (s *story) tally(w io.Writer, recs []*queue.Record) report {
 		if !r.FirstSentAt.IsZero() {
 			rep.late += s.log.lateArrivals(in.Key(), r.FirstSentAt.Add(s.cfg.retention-s.cfg.margin))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", nameOf(in), in.Lane(), says, r.Attempts, s.srv.RequestsForKey(in.Key()), effects)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", nameOf(in), in.Lane(), says, r.NumAttempts, s.srv.RequestsForKey(in.Key()), effects)
 	}
 	tw.Flush()
 	s.explain(w, recs[0])

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 )
 
-// Facts is a snapshot of a Recorder.
-type Facts struct {
+// Trace is a snapshot of a Recorder.
+type Trace struct {
 	// Conns counts GotConn events: net/http may resend a request on a new
 	// connection within one RoundTrip.
 	Conns int
@@ -75,9 +75,9 @@ func (r *Recorder) WithContext(ctx context.Context) context.Context {
 	return httptrace.WithClientTrace(ctx, &r.trace)
 }
 
-// Facts returns what r has recorded so far.
-func (r *Recorder) Facts() Facts {
-	return Facts{
+// Trace returns what r has recorded so far.
+func (r *Recorder) Trace() Trace {
+	return Trace{
 		Conns:        int(r.conns.Load()),
 		WroteHeaders: r.wroteHeaders.Load(),
 		WroteRequest: r.wroteRequest.Load(),

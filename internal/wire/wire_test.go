@@ -25,12 +25,12 @@ func TestRecorder(t *testing.T) {
 	tests := []struct {
 		name string
 		dial func(ctx context.Context, network, addr string) (net.Conn, error)
-		want Facts
+		want Trace
 	}{
-		{"answered", nil, Facts{Conns: 1, WroteHeaders: true, WroteRequest: true}},
+		{"answered", nil, Trace{Conns: 1, WroteHeaders: true, WroteRequest: true}},
 		{"refused", func(context.Context, string, string) (net.Conn, error) {
 			return nil, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}
-		}, Facts{}},
+		}, Trace{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,7 +43,7 @@ func TestRecorder(t *testing.T) {
 			if err == nil {
 				resp.Body.Close()
 			}
-			assert.Equal(t, tt.want, rec.Facts())
+			assert.Equal(t, tt.want, rec.Trace())
 		})
 	}
 }
@@ -60,7 +60,7 @@ func TestRecorderHeadersWrittenNoAnswer(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	_, err := tr.RoundTrip(req)
 	require.Error(t, err)
-	f := rec.Facts()
+	f := rec.Trace()
 	assert.True(t, f.WroteHeaders)
 	assert.Equal(t, 1, f.Conns)
 }
@@ -80,7 +80,7 @@ func TestRecorderComposes(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, 1, outer, "an existing trace keeps running")
-	assert.Equal(t, 1, rec.Facts().Conns)
+	assert.Equal(t, 1, rec.Trace().Conns)
 }
 
 // TestRecorderResent: net/http resends a replayable request on a fresh
@@ -112,13 +112,13 @@ func TestRecorderResent(t *testing.T) {
 	resp, err := tr.RoundTrip(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	assert.Equal(t, Facts{Conns: 2, WroteHeaders: true, WroteRequest: true, Resent: true}, rec.Facts())
+	assert.Equal(t, Trace{Conns: 2, WroteHeaders: true, WroteRequest: true, Resent: true}, rec.Trace())
 
 	rec = New()
 	resp, err = tr.RoundTrip(httptestRequest(t, rec.WithContext(context.Background()), "POST", srv.URL, "y"))
 	require.NoError(t, err)
 	resp.Body.Close()
-	assert.False(t, rec.Facts().Resent, "one send on one connection")
+	assert.False(t, rec.Trace().Resent, "one send on one connection")
 }
 
 func httptestRequest(t *testing.T, ctx context.Context, method, url, body string) *http.Request {
@@ -148,5 +148,5 @@ func TestRecorderRedirectIsNotResent(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, 404, resp.StatusCode)
-	assert.Equal(t, Facts{Conns: 2, WroteHeaders: true, WroteRequest: true}, rec.Facts())
+	assert.Equal(t, Trace{Conns: 2, WroteHeaders: true, WroteRequest: true}, rec.Trace())
 }
