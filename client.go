@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // DefaultKeyHeader is the header that carries the idempotency key unless
@@ -142,7 +144,7 @@ type Attempt struct {
 
 func (a Attempt) String() string {
 	if a.Err != nil {
-		return fmt.Sprintf("%s: %s", a.Class, safeError(a.Err))
+		return fmt.Sprintf("%s: %s", a.Class, redact.Error(a.Err))
 	}
 	return fmt.Sprintf("%s: %d %s", a.Class, a.Status, http.StatusText(a.Status))
 }

@@ -625,3 +625,10 @@ func TestDoAgainAfterAmbiguous(t *testing.T) {
 		assert.Equal(t, NotApplied, res.Outcome)
 	})
 }
+
+// TestEngineUnsettled: the queue ends a record without success by the one
+// rule the Client uses.
+func TestEngineUnsettled(t *testing.T) {
+	assert.Equal(t, Unknown, Outcome(engine.Unsettled(true)))
+	assert.Equal(t, NotApplied, Outcome(engine.Unsettled(false)))
+}

@@ -6,7 +6,12 @@ import (
 	"github.com/idem-go/idem/internal/engine"
 )
 
-func init() { engine.Register(attemptOnce) }
+func init() {
+	engine.Register(engine.Impl{
+		Attempt:   attemptOnce,
+		Unsettled: func(inDoubt bool) uint8 { return uint8(outcomeAfter(ClassNone, inDoubt)) },
+	})
+}
 
 // attemptOnce makes exactly one attempt for a companion package such as the
 // queue, which keeps the schedule (see package internal/engine): the run's

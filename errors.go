@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/idem-go/idem/internal/redact"
 )
 
 // Outcome is what the caller is told about an intent: whether the operation
@@ -139,7 +141,7 @@ type Error struct {
 // secret.
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "idem: %s %s: %s", e.Method, safeURL(e.URL), e.Outcome)
+	fmt.Fprintf(&b, "idem: %s %s: %s", e.Method, redact.RawURL(e.URL), e.Outcome)
 	if e.Reason != "" {
 		b.WriteString(", ")
 		b.WriteString(e.Reason)

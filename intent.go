@@ -401,26 +401,22 @@ func checkURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("%w: URL: %v", ErrInvalidIntent, err)
 	}
 	if !u.IsAbs() {
-		return nil, fmt.Errorf("%w: URL %q is not absolute: it needs an http or https scheme and a host", ErrInvalidIntent, redactURL(u))
+		return nil, fmt.Errorf("%w: URL %q is not absolute: it needs an http or https scheme and a host", ErrInvalidIntent, redact.URL(u))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%w: URL %q: scheme must be http or https", ErrInvalidIntent, redactURL(u))
+		return nil, fmt.Errorf("%w: URL %q: scheme must be http or https", ErrInvalidIntent, redact.URL(u))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("%w: URL %q has no host", ErrInvalidIntent, redactURL(u))
+		return nil, fmt.Errorf("%w: URL %q has no host", ErrInvalidIntent, redact.URL(u))
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("%w: URL %q carries user info; credentials belong in Client.Authorize", ErrInvalidIntent, redactURL(u))
+		return nil, fmt.Errorf("%w: URL %q carries user info; credentials belong in Client.Authorize", ErrInvalidIntent, redact.URL(u))
 	}
 	if err := checkPort(u); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidIntent, err)
 	}
 	return u, nil
 }
-
-// redactURL hides user info, query and fragment, so an error never echoes a
-// password or a token.
-func redactURL(u *url.URL) string { return redact.URL(u) }
 
 func checkHeader(name, value string) error {
 	if !isToken(name) {
@@ -445,7 +441,7 @@ func checkHeader(name, value string) error {
 func checkPort(u *url.URL) error {
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("URL %q: port %q is not a number from 1 to 65535", redactURL(u), p)
+			return fmt.Errorf("URL %q: port %q is not a number from 1 to 65535", redact.URL(u), p)
 		}
 	}
 	return nil

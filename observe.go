@@ -120,7 +120,7 @@ func (o observer) attempt(ctx context.Context, r *run, action Action) {
 		slog.Duration("wait", a.Wait),
 	}
 	if a.Err != nil {
-		attrs = append(attrs, slog.String("error", safeError(a.Err)))
+		attrs = append(attrs, slog.String("error", redact.Error(a.Err)))
 	}
 	o.logger.LogAttrs(ctx, slog.LevelDebug, "idem: attempt", attrs...)
 }
@@ -156,15 +156,9 @@ func (o observer) finish(ctx context.Context, r *run, out Outcome, replayed bool
 	}
 }
 
-// safeURL drops what may hold a secret: query, user info, fragment.
-func safeURL(raw string) string { return redact.RawURL(raw) }
-
 // redacted shows an error without the request URL, keeping it for
 // errors.Is and errors.As.
 type redacted struct{ err error }
 
-func (r redacted) Error() string { return safeError(r.err) }
+func (r redacted) Error() string { return redact.Error(r.err) }
 func (r redacted) Unwrap() error { return r.err }
-
-// safeError is err without the URL net/http puts in front of it.
-func safeError(err error) string { return redact.Error(err) }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem/internal/redact"
 )
 
 func logRecords(t *testing.T, buf *bytes.Buffer) []map[string]any {
@@ -111,11 +113,11 @@ func TestClientStatsAndHook(t *testing.T) {
 }
 
 func TestSafeURLAndError(t *testing.T) {
-	assert.Equal(t, "https://redacted@h/p", safeURL("https://u:pw@h/p?k=v#f"))
-	assert.Equal(t, "(unparsable URL)", safeURL("http://h/%zz"))
+	assert.Equal(t, "https://redacted@h/p", redact.RawURL("https://u:pw@h/p?k=v#f"))
+	assert.Equal(t, "(unparsable URL)", redact.RawURL("http://h/%zz"))
 	err := &url.Error{Op: "Post", URL: "https://h/p?k=secret", Err: io.ErrUnexpectedEOF}
-	assert.Equal(t, "unexpected EOF", safeError(fmt.Errorf("wrapped: %w", err)))
-	assert.Equal(t, "plain", safeError(errors.New("plain")))
+	assert.Equal(t, "unexpected EOF", redact.Error(fmt.Errorf("wrapped: %w", err)))
+	assert.Equal(t, "plain", redact.Error(errors.New("plain")))
 }
 
 func TestHookSeesWaitsAndTrueActions(t *testing.T) {

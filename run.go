@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem/internal/delay"
 	"github.com/idem-go/idem/internal/methods"
+	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/internal/wire"
 )
 
@@ -41,7 +42,7 @@ type run struct {
 	method, url string
 	hasKey      bool
 	host        string // the intent's host, for judging redirects; "" for a Transport
-	shownURL    string // safeURL(url), made on first use by the observer
+	shownURL    string // redact.RawURL(url), made on first use by the observer
 
 	attempts  []Attempt // the trail; copied out, never shared, so a run can live on the stack
 	ambiguous bool      // an attempt so far left the operation in doubt (decision.InDoubt)
@@ -264,7 +265,7 @@ func (r *run) logsURL() bool { return r.obs.hook != nil || r.obs.logger != nil }
 // per run however many records show it.
 func (r *run) safeURL() string {
 	if r.shownURL == "" {
-		r.shownURL = safeURL(r.url)
+		r.shownURL = redact.RawURL(r.url)
 	}
 	return r.shownURL
 }

@@ -535,12 +535,7 @@ func (q *Queue) settled(r *Record) {
 }
 
 // outcomeOf is the outcome of r if it ends now without success.
-func (q *Queue) outcomeOf(r *Record) idem.Outcome {
-	if r.Ambiguous {
-		return idem.Unknown
-	}
-	return idem.NotApplied
-}
+func (q *Queue) outcomeOf(r *Record) idem.Outcome { return idem.Outcome(engine.Unsettled(r.Ambiguous)) }
 
 // backoff is the wait before r's next attempt.
 func (q *Queue) backoff(r *Record) time.Duration {

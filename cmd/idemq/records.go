@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -132,7 +133,7 @@ func viewOf(r *queue.Record) recordView {
 	raw := ""
 	if in := r.Intent; in != nil {
 		raw = in.URL()
-		v.Lane, v.Method, v.URL, v.BodyBytes = in.Lane(), in.Method(), redactURL(raw), in.BodyLen()
+		v.Lane, v.Method, v.URL, v.BodyBytes = in.Lane(), in.Method(), redact.RawURL(raw), in.BodyLen()
 		v.KeySource = "none"
 		if in.HasKey() {
 			v.Key, v.KeySource = keyPrefix(in.Key()), "generated"

@@ -6,22 +6,14 @@ import (
 	"github.com/idem-go/idem/internal/redact"
 )
 
-// redactURL returns raw without what may hold a secret: its query and
-// fragment go, and user info becomes "redacted", which shows credentials
-// were there without showing them. A URL that does not parse is not shown at
-// all, since which part of it is a secret cannot be told.
-// It is internal/redact's, so that idemq shows a URL as the application's
-// logs and errors do.
-func redactURL(raw string) string { return redact.RawURL(raw) }
-
 // scrub replaces the URL raw, wherever it appears in s, with its redacted
-// form. The queue stores errors and reasons without the URL's secrets
+// form (internal/redact's, as the application's logs and errors show it). The queue stores errors and reasons without the URL's secrets
 // already; this guards against a message that quotes it anyway.
 func scrub(s, raw string) string {
 	if raw == "" || !strings.Contains(s, raw) {
 		return s
 	}
-	return strings.ReplaceAll(s, raw, redactURL(raw))
+	return strings.ReplaceAll(s, raw, redact.RawURL(raw))
 }
 
 // keyPrefixLen is how much of an idempotency key idemq shows, and

@@ -51,15 +51,21 @@ type Step struct {
 	RetryAfter time.Duration
 }
 
-var attempt func(context.Context, Call) (Step, error)
+// Impl is what package idem registers.
+type Impl struct {
+	Attempt   func(context.Context, Call) (Step, error)
+	Unsettled func(inDoubt bool) uint8
+}
 
-// Register sets the implementation of Attempt. Package idem calls it once,
-// from its init function; a second call panics.
-func Register(f func(context.Context, Call) (Step, error)) {
-	if attempt != nil {
+var impl Impl
+
+// Register sets the implementation of Attempt and Unsettled. Package idem
+// calls it once, from its init function; a second call panics.
+func Register(i Impl) {
+	if impl.Attempt != nil {
 		panic("engine: Register called twice")
 	}
-	attempt = f
+	impl = i
 }
 
 // Attempt makes exactly one attempt of c.Intent through c.Client and decides
@@ -67,4 +73,9 @@ func Register(f func(context.Context, Call) (Step, error)) {
 // error means no attempt was made: ctx had ended, the intent is nil or the
 // timeout negative, or the request could not be built or authorized (an
 // error wrapping idem.ErrInvalidRequest then means no attempt ever can be).
-func Attempt(ctx context.Context, c Call) (Step, error) { return attempt(ctx, c) }
+func Attempt(ctx context.Context, c Call) (Step, error) { return impl.Attempt(ctx, c) }
+
+// Unsettled returns the outcome (an idem.Outcome) of an operation that ends
+// without success, by no answer or by the caller's schedule: Unknown when an
+// attempt left it in doubt, NotApplied otherwise.
+func Unsettled(inDoubt bool) uint8 { return impl.Unsettled(inDoubt) }
