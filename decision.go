@@ -34,7 +34,7 @@ const (
 	ClassNeverSent
 	// ClassNotProcessed: the server answered that it did not process the
 	// request and may later: 408, 425, 429, or 409 for a keyed request (the
-	// same key is in flight; see Decision.InDoubt).
+	// same key is in flight; see decision.InDoubt).
 	ClassNotProcessed
 	// ClassAmbiguous: the request may have reached the server and no
 	// complete answer came back (timeout, reset, EOF), or a 5xx, or a 301 or
@@ -129,7 +129,7 @@ type Wire struct {
 	Resent bool
 }
 
-// facts are what is known about one attempt: the input of Classify and Decide.
+// facts are what is known about one attempt: the input of classify and decide.
 type facts struct {
 	// Method is the request method.
 	Method string
@@ -144,7 +144,7 @@ type facts struct {
 	// Header is the response header; nil when there is none.
 	Header http.Header
 	// EarlierAmbiguous reports that an earlier attempt of the same intent
-	// left it in doubt (Decision.InDoubt): it was ambiguous, resent by
+	// left it in doubt (decision.InDoubt): it was ambiguous, resent by
 	// net/http after its headers went out, or answered 409 under the key.
 	EarlierAmbiguous bool
 	// DeletePolicy says how a DELETE answered 404 or 410 is read.
@@ -260,12 +260,12 @@ type decision struct {
 	// resent it after its headers had gone out (Wire.Resent), or a keyed
 	// 409 said that a request under the key is in flight, which may still
 	// apply. From then on every end short of success is Unknown: pass it on
-	// as Facts.EarlierAmbiguous of every later attempt of the operation.
+	// as facts.EarlierAmbiguous of every later attempt of the operation.
 	InDoubt bool
 }
 
 // decide classifies an attempt and decides what follows, as the decision
-// table of the package documentation says. Like Classify it is a pure
+// table of the package documentation says. Like classify it is a pure
 // function.
 func decide(f facts) decision {
 	c := classify(f)
@@ -346,7 +346,7 @@ func leavesDoubt(c Class, f facts) bool {
 }
 
 // outcomeAfter is the outcome of an intent whose last attempt has class c.
-// Once the operation is in doubt (see Decision.InDoubt), only a success
+// Once the operation is in doubt (see decision.InDoubt), only a success
 // settles the question: a later 4xx proves that attempt was not applied, not
 // that an earlier one was not (credentials may have expired, a rate limiter
 // may answer before the idempotency layer).

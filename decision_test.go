@@ -123,7 +123,7 @@ func TestDecideTable(t *testing.T) {
 						f := facts{Method: m, HasKey: keyed, Wire: r.sc.wire, Err: r.sc.err, Status: r.sc.status, EarlierAmbiguous: earlier}
 						d := decide(f)
 						assert.Equal(t, r.class, d.Class, "class")
-						assert.Equal(t, r.class, classify(f), "Classify disagrees with Decide")
+						assert.Equal(t, r.class, classify(f), "classify disagrees with decide")
 						wantAction, wantCause := expectAction(r.rule, r.class, m, keyed)
 						assert.Equal(t, wantAction, d.Action, "action")
 						if wantCause != nil {

@@ -17,7 +17,7 @@ import (
 // to the code: the table names every Class, in order; the flowchart under it
 // draws every Class as one hexagon node ({{Name}}); and the ends reachable
 // from each class's node (done, retry, stop: the stadium nodes whose labels
-// start with those words) are the actions Decide takes for that class.
+// start with those words) are the actions decide takes for that class.
 // .ci/mermaid checks that the picture renders; this checks what it says.
 func TestReadmeDecisionDiagram(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
@@ -149,7 +149,7 @@ func (g flowchart) reachableEnds(id string) []Action {
 	return found
 }
 
-// decidedActions runs Decide over every method, key, status, delete policy,
+// decidedActions runs decide over every method, key, status, delete policy,
 // earlier doubt and kind of transport error, without server hints, and
 // returns the actions each class led to, in Action order.
 func decidedActions() map[Class][]Action {

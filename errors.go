@@ -30,7 +30,7 @@ const (
 	AlreadyApplied
 	// NotApplied means the server did not act: every attempt was never sent
 	// or not processed, or the server rejected the request, and nothing left
-	// the operation in doubt (Decision.InDoubt). The caller may create a new
+	// the operation in doubt. The caller may create a new
 	// intent.
 	NotApplied
 )
@@ -96,7 +96,7 @@ var (
 
 	// ErrInvalidIntent is returned by NewIntent and UnmarshalBinary for a bad
 	// method, URL, header, lane or encoding, and by Client.Do and
-	// Client.Attempt for a nil intent.
+	// Client.Do and Client.Resume for a nil intent.
 	ErrInvalidIntent = errors.New("idem: invalid intent")
 	// ErrInvalidKey is returned for an idempotency key that is empty, longer
 	// than MaxKeyLen, or holds a character outside visible ASCII or one of
@@ -107,7 +107,7 @@ var (
 	ErrSecretHeader = errors.New("idem: secret header in intent")
 	// ErrBodyTooLarge is returned for a body over MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("idem: body too large")
-	// ErrInvalidPolicy is returned by Client.Do, Client.Attempt and
+	// ErrInvalidPolicy is returned by Client.Do, Client.Resume and
 	// Transport.RoundTrip when their Policy has a negative field.
 	ErrInvalidPolicy = errors.New("idem: invalid policy")
 )

@@ -253,7 +253,7 @@ func fzIntents(tb testing.TB) []*Intent {
 	return out
 }
 
-// FuzzClassify checks Classify and Decide over fuzzed facts against the
+// FuzzClassify checks classify and decide over fuzzed facts against the
 // invariants the decision table states.
 func FuzzClassify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, method string, status int, hasKey bool, conns int, wroteHeaders, wroteRequest, gotResponse, withErr, earlierAmbiguous bool, policy uint8, hint string) {
@@ -275,16 +275,16 @@ func FuzzClassify(f *testing.F) {
 		c := classify(fc)
 		d := decide(fc)
 		if d2 := decide(fc); !reflect.DeepEqual(d, d2) {
-			t.Fatalf("Decide is not deterministic: %+v then %+v", d, d2)
+			t.Fatalf("decide is not deterministic: %+v then %+v", d, d2)
 		}
 		if !reflect.DeepEqual(fc.Header, headerBefore) {
-			t.Fatalf("Decide changed the response header")
+			t.Fatalf("decide changed the response header")
 		}
 		if d.Class != c {
-			t.Fatalf("Decide(...).Class = %v, Classify = %v", d.Class, c)
+			t.Fatalf("decide(...).Class = %v, classify = %v", d.Class, c)
 		}
 		if c < ClassApplied || c > ClassInvalid {
-			t.Fatalf("Classify = %v, not a valid class", c)
+			t.Fatalf("classify = %v, not a valid class", c)
 		}
 		hintTrue := !withErr && strings.EqualFold(strings.TrimSpace(hint), "true")
 

@@ -27,9 +27,9 @@ type Stats struct {
 	// BudgetRefusals counts retries the retry budget refused.
 	BudgetRefusals uint64
 	// Outcomes counts operations finished by Do or RoundTrip, by outcome.
-	// Single attempts made with Client.Attempt count in Attempts, Conflicts
-	// and KeyReused, not here: their caller, such as a queue, decides when an
-	// operation ends.
+	// The attempts a queue makes through the Client count in Requests,
+	// Conflicts and KeyReused, not here: the queue decides when its records
+	// end.
 	Outcomes map[Outcome]uint64
 	// BudgetTokens is what is left of the retry budget; -1 when unlimited.
 	BudgetTokens int

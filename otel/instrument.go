@@ -49,9 +49,9 @@ func instrument(onAttempt *func(context.Context, idem.AttemptInfo), stats func()
 // out: idem.attempts counts the same attempts with attributes
 // (idem.action="retry" and idem.class for retries, http.response.status_code=409,
 // idem.class="key_reused"). A second count of retries would disagree with
-// it as soon as a queue shares the client: Client.Attempt reports the
-// queue's attempts, and their action, but the queue, not the client, makes
-// the retry, so Stats.Retries never counts it.
+// it as soon as a queue shares the client: the client reports the queue's
+// attempts, and their action, but the queue, not the client, makes the
+// retry, so Stats.Retries never counts it.
 func observeStats(c config, stats func() idem.Stats) (metric.Registration, error) {
 	m := c.meter()
 	counter := func(name, unit, desc string) (metric.Int64ObservableCounter, error) {
