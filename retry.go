@@ -9,37 +9,40 @@ import (
 	"time"
 )
 
-// Policy defaults.
-const (
-	DefaultMaxAttempts   = 4
-	DefaultBaseDelay     = 200 * time.Millisecond
-	DefaultMaxDelay      = 10 * time.Second
-	DefaultMaxRetryAfter = 60 * time.Second
-)
+// DefaultPolicy returns the policy whose values a Client's or Transport's
+// Policy takes for its zero fields: 4 attempts, backoff from 200 ms doubling
+// to 10 s, Retry-After waited up to 60 s; no bound on elapsed time or on one
+// attempt but the context's and the http.Client's. A queue, whose schedule
+// spans hours, has its own (queue.DefaultPolicy).
+func DefaultPolicy() Policy {
+	return Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: 60 * time.Second}
+}
 
-// Policy says how many attempts an intent gets and how long to wait between
-// them. The zero Policy is the default policy; each zero field takes its
-// default. Negative fields are invalid.
+// Policy says how many attempts an operation gets and how long to wait
+// between them: a call's, by Client and Transport, or each queued record's,
+// by a queue, with the same meaning. The zero Policy is the default policy;
+// each zero field takes the default of whoever runs it (DefaultPolicy, or
+// queue.DefaultPolicy). Negative fields are invalid.
 type Policy struct {
-	// MaxAttempts is the number of attempts, the first included; 0 means
-	// DefaultMaxAttempts and 1 means no retries.
+	// MaxAttempts is the number of attempts, the first included; 1 means
+	// no retries.
 	MaxAttempts int
-	// BaseDelay is the first retry's delay before jitter; 0 means
-	// DefaultBaseDelay. Each retry doubles it.
+	// BaseDelay is the first retry's delay before jitter. Each retry
+	// doubles it.
 	BaseDelay time.Duration
-	// MaxDelay caps a retry's delay; 0 means DefaultMaxDelay.
+	// MaxDelay caps a retry's delay.
 	MaxDelay time.Duration
 	// MaxElapsed bounds the time from the first attempt to the start of the
-	// last; 0 means no bound but the context's deadline.
+	// last; 0 means no bound but the context's deadline. A queue does not
+	// read it: the key's retention bounds a queued record.
 	MaxElapsed time.Duration
 	// AttemptTimeout bounds one attempt until its response headers arrive;
-	// reading the final body is the caller's and is not bounded by it. 0
-	// means no bound but the context's and the http.Client's. A timed-out
-	// attempt whose headers were sent is ambiguous.
+	// reading the final body is the caller's and is not bounded by it. A
+	// timed-out attempt whose headers were sent is ambiguous.
 	AttemptTimeout time.Duration
-	// MaxRetryAfter caps the wait a server may ask for with Retry-After; 0
-	// means DefaultMaxRetryAfter. A longer demand ends the intent with
-	// ErrRetryAfterTooLong and the wait in Error.RetryAfter.
+	// MaxRetryAfter caps the wait a server may ask for with Retry-After. A
+	// longer demand ends the operation with ErrRetryAfterTooLong and the
+	// wait in Error.RetryAfter.
 	MaxRetryAfter time.Duration
 }
 
@@ -62,17 +65,18 @@ func (p Policy) withDefaults() (Policy, error) {
 			return p, fmt.Errorf("%w: %s is negative (%d)", ErrInvalidPolicy, f.name, f.v)
 		}
 	}
+	def := DefaultPolicy()
 	if p.MaxAttempts == 0 {
-		p.MaxAttempts = DefaultMaxAttempts
+		p.MaxAttempts = def.MaxAttempts
 	}
 	if p.BaseDelay == 0 {
-		p.BaseDelay = DefaultBaseDelay
+		p.BaseDelay = def.BaseDelay
 	}
 	if p.MaxDelay == 0 {
-		p.MaxDelay = DefaultMaxDelay
+		p.MaxDelay = def.MaxDelay
 	}
 	if p.MaxRetryAfter == 0 {
-		p.MaxRetryAfter = DefaultMaxRetryAfter
+		p.MaxRetryAfter = def.MaxRetryAfter
 	}
 	return p, nil
 }

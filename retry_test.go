@@ -44,6 +44,7 @@ func TestPolicyDefaults(t *testing.T) {
 	p, err := Policy{}.withDefaults()
 	require.NoError(t, err)
 	assert.Equal(t, Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute}, p)
+	assert.Equal(t, DefaultPolicy(), p, "the zero Policy is DefaultPolicy")
 
 	kept, err := Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxElapsed: time.Hour, AttemptTimeout: 3 * time.Second, MaxRetryAfter: 5 * time.Second}.withDefaults()
 	require.NoError(t, err)

@@ -577,3 +577,18 @@ func TestResubmitRace(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, got[0], old.ResubmittedAs)
 }
+
+// TestQueuePolicyDefaults: a zero field of Options.Policy takes the queue's
+// default, a set one is kept, and a negative one is named.
+func TestQueuePolicyDefaults(t *testing.T) {
+	o, err := Options{Policy: idem.Policy{BaseDelay: time.Millisecond, MaxAttempts: 3}}.withDefaults()
+	require.NoError(t, err)
+	def := DefaultPolicy()
+	assert.Equal(t, idem.Policy{BaseDelay: time.Millisecond, MaxAttempts: 3, MaxDelay: def.MaxDelay, AttemptTimeout: def.AttemptTimeout}, o.Policy)
+	zero, err := Options{}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, def, zero.Policy)
+	_, err = Options{Policy: idem.Policy{MaxRetryAfter: -1}}.withDefaults()
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+	assert.ErrorContains(t, err, "Policy.MaxRetryAfter is negative")
+}

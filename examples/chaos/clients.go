@@ -68,12 +68,6 @@ func inParallel(n, workers int, f func(i int)) {
 	wg.Wait()
 }
 
-// naiveAttempts and naiveBase match idem's defaults, so the rows differ in
-// what is retried, not in how often.
-const (
-	naiveAttempts = idem.DefaultMaxAttempts
-	naiveBase     = idem.DefaultBaseDelay
-)
 
 func transport(srv *idemtest.Server, cfg config) *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -98,15 +92,17 @@ func noRetries(srv *idemtest.Server, cfg config) sendFunc {
 func naiveRetries(srv *idemtest.Server, cfg config) sendFunc {
 	hc := &http.Client{Transport: transport(srv, cfg), Timeout: cfg.timeout}
 	return func(ctx context.Context, url string, body []byte) verdict {
-		for attempt := range naiveAttempts {
+		// idem's default policy: the rows differ in what is retried, not in how often.
+		naive := idem.DefaultPolicy()
+		for attempt := range naive.MaxAttempts {
 			ok, retry := post(ctx, hc, url, body)
 			if ok {
 				return saidApplied
 			}
-			if !retry || attempt == naiveAttempts-1 {
+			if !retry || attempt == naive.MaxAttempts-1 {
 				break
 			}
-			time.Sleep(naiveBase << attempt)
+			time.Sleep(naive.BaseDelay << attempt)
 		}
 		return saidFailed
 	}
