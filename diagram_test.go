@@ -3,7 +3,11 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
+	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -192,4 +196,106 @@ func decidedActions() map[Class][]Action {
 		slices.Sort(actions[c])
 	}
 	return actions
+}
+
+// TestReadmeArchitecture keeps README's pictures of the architecture true to
+// the code: the package graph has a node for every package of the module
+// (companion modules and examples aside) and an arrow for each import
+// between them, no more; every file the path of an intent names exists.
+func TestReadmeArchitecture(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	section := readmeSection(t, string(readme), "## Architecture")
+	blocks := mermaidBlocks(section)
+	require.Len(t, blocks, 2, "the package graph and the path of an intent")
+
+	// Nodes: id["path: what"], the path before the colon, "(root)" dropped.
+	nodes := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+)\["([^:"]+):`).FindAllStringSubmatch(blocks[0], -1) {
+		nodes[m[1]] = strings.TrimSuffix(m[2], " (root)")
+	}
+	drawn := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+) --> (.+)$`).FindAllStringSubmatch(blocks[0], -1) {
+		from, ok := nodes[m[1]]
+		require.True(t, ok, "edge from unknown node %q", m[1])
+		for _, id := range strings.Split(m[2], "&") {
+			to, ok := nodes[strings.TrimSpace(id)]
+			require.True(t, ok, "edge to unknown node %q", id)
+			drawn[from+" -> "+to] = true
+		}
+	}
+
+	const module = "github.com/idem-go/idem"
+	pkgs := map[string]string{"idem": "."} // name in the picture -> directory
+	for _, dir := range []string{"queue", "idemtest"} {
+		pkgs[dir] = dir
+	}
+	internal, err := os.ReadDir("internal")
+	require.NoError(t, err)
+	for _, e := range internal {
+		if e.IsDir() {
+			pkgs["internal/"+e.Name()] = "internal/" + e.Name()
+		}
+	}
+	assert.ElementsMatch(t, mapKeys(pkgs), mapValuesUnique(nodes), "one node per package")
+
+	imports := map[string]bool{}
+	for name, dir := range pkgs {
+		for _, imp := range packageImports(t, dir) {
+			switch {
+			case imp == module:
+				imports[name+" -> idem"] = true
+			case strings.HasPrefix(imp, module+"/"):
+				imports[name+" -> "+strings.TrimPrefix(imp, module+"/")] = true
+			}
+		}
+	}
+	assert.Equal(t, imports, drawn, "the arrows are the imports between the module's packages")
+
+	for _, m := range regexp.MustCompile(`\(([\w/]+\.go)\)`).FindAllStringSubmatch(blocks[1], -1) {
+		_, err := os.Stat(m[1])
+		assert.NoError(t, err, "the path of an intent names %s", m[1])
+	}
+}
+
+// mermaidBlocks returns the Mermaid blocks of a Markdown text, in order.
+func mermaidBlocks(md string) []string {
+	var out []string
+	for {
+		_, rest, ok := strings.Cut(md, "```mermaid\n")
+		if !ok {
+			return out
+		}
+		block, after, _ := strings.Cut(rest, "```")
+		out, md = append(out, block), after
+	}
+}
+
+// packageImports returns what the non-test Go files of dir import.
+func packageImports(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	var out []string
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range file.Imports {
+			out = append(out, strings.Trim(imp.Path.Value, `"`))
+		}
+	}
+	return out
+}
+
+func mapKeys(m map[string]string) []string {
+	return slices.Collect(maps.Keys(m))
+}
+
+// mapValuesUnique returns the values of m, each once.
+func mapValuesUnique(m map[string]string) []string {
+	return slices.Compact(slices.Sorted(maps.Values(m)))
 }
