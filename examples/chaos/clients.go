@@ -68,7 +68,6 @@ func inParallel(n, workers int, f func(i int)) {
 	wg.Wait()
 }
 
-
 func transport(srv *idemtest.Server, cfg config) *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = srv.DialContext // the server refuses some dials
