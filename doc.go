@@ -63,8 +63,12 @@
 //     ambiguous attempt, a keyed 409 (a request under the key is in flight
 //     and may still apply), or a resend net/http made after the headers had
 //     gone out (Wire.Resent). Once in doubt only a success settles it: a
-//     later 4xx proves that attempt did nothing, not the earlier one. An
-//     Intent remembers this across calls to Do.
+//     later 4xx proves that attempt did nothing, not the earlier one.
+//
+// An Intent is immutable data and remembers nothing of its runs: each Do is
+// a run of its own. To run an intent again after Unknown, the way to
+// reconcile under its key, pass the first run's error to Client.Resume,
+// which judges the answers in that run's light.
 //
 // The zero Outcome, NoOutcome, means none yet.
 //
