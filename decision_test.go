@@ -10,8 +10,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-
-	"github.com/idem-go/idem/internal/methods"
 )
 
 // allMethods is every method of RFC 9110, PATCH, and QUERY.
@@ -276,22 +274,6 @@ func TestDecideServerHint(t *testing.T) {
 				assert.Nil(t, d.Cause)
 			}
 		})
-	}
-}
-
-func TestMethodProperties(t *testing.T) {
-	tests := []struct {
-		method           string
-		safe, idempotent bool
-	}{
-		{"GET", true, true}, {"HEAD", true, true}, {"OPTIONS", true, true}, {"TRACE", true, true},
-		{"QUERY", true, true}, {"PUT", false, true}, {"DELETE", false, true},
-		{"POST", false, false}, {"PATCH", false, false}, {"CONNECT", false, false},
-		{"get", false, false}, {"FROB", false, false},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.safe, methods.Safe(tt.method), "methods.Safe(%q)", tt.method)
-		assert.Equal(t, tt.idempotent, methods.Idempotent(tt.method), "methods.Idempotent(%q)", tt.method)
 	}
 }
 
