@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
 	"time"
 
-	"github.com/idem-go/idem/internal/binenc"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 // The file's layout is three buckets. An enqueue writes one record (and a
@@ -392,4 +394,44 @@ const hwmStep = time.Minute
 // the server, so r keeps FirstSentAt and counts as ambiguous.
 func orphaned(r *Record) {
 	r.State, r.Ambiguous, r.leaseSetFirstSent = Pending, true, false
+}
+
+// errMovedOn is returned by commit when the stored record is no longer in
+// the state its writer read, as after an operator's Discard.
+var errMovedOn = errors.New("queue: record changed meanwhile")
+
+// commit stores r over its stored self, which must still be in state old,
+// runs also in the same transaction, and updates the index.
+func (q *Queue) commit(old State, r *Record, also func(buckets) error) error {
+	var oldSize, newSize int
+	err := q.guard(func() error {
+		return q.write(func(tx *bolt.Tx) error {
+			b, err := open(tx)
+			if err != nil {
+				return err
+			}
+			var ok bool
+			oldSize, newSize, ok, err = b.replace(r, old)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%w: record %d", errMovedOn, r.ID)
+			}
+			if also != nil {
+				return also(b)
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, errMovedOn) {
+		q.forget(r.lane(), r.ID)
+	}
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	q.idx.moved(r, old, oldSize, newSize)
+	q.mu.Unlock()
+	return nil
 }

@@ -1,0 +1,216 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// Wake tells the drainer the network is back: it ends an offline wait and
+// lane holds, and makes records whose last attempt was never sent due at
+// once. Retry-After waits the server asked for still hold.
+func (q *Queue) Wake() {
+	q.mu.Lock()
+	now := q.opts.now()
+	q.woken = now
+	wasOffline := q.offline.on
+	q.offline = offlineState{}
+	for _, l := range q.idx.lanes {
+		l.held = false
+		if !l.busy && len(l.ids) > 0 {
+			l.nextAt = now
+			q.ready.push(l)
+		}
+	}
+	q.mu.Unlock()
+	if wasOffline {
+		q.notify(Event{Kind: EventOnline})
+	}
+	q.poke()
+}
+
+// Run drains the queue until ctx ends or Close is called, then returns nil
+// once the attempts under way have been recorded. Lanes drain in parallel,
+// up to Options.Workers; within a lane, records go one at a time in enqueue
+// order, one attempt per lease. Only one Run may drain a queue at a time.
+func (q *Queue) Run(ctx context.Context) error {
+	if q.opts.ReadOnly {
+		return ErrReadOnly // nothing could be recorded
+	}
+	q.mu.Lock()
+	switch {
+	case q.closing:
+		q.mu.Unlock()
+		return ErrClosed
+	case q.running:
+		q.mu.Unlock()
+		return ErrRunning
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	q.running, q.stop = true, stop
+	q.draining.Add(1)
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		q.running, q.stop = false, nil
+		q.mu.Unlock()
+		q.draining.Done()
+	}()
+
+	q.mu.Lock()
+	quarantine := q.damaged
+	q.damaged = nil
+	q.mu.Unlock()
+	for _, r := range quarantine { // found damaged by Open: reported once
+		q.notify(Event{Kind: EventSettled, Record: r})
+	}
+
+	free := q.opts.Workers
+	done := make(chan *lane, q.opts.Workers)
+	lastSweep := q.opts.now()
+	for {
+		for drained := false; !drained; { // collect finished workers
+			select {
+			case l := <-done:
+				free++
+				q.release(l)
+			default:
+				drained = true
+			}
+		}
+		if ctx.Err() != nil || q.isClosing() {
+			for ; free < q.opts.Workers; free++ {
+				q.release(<-done)
+			}
+			return nil
+		}
+		now := q.opts.now()
+		if now.Sub(lastSweep) >= sweepEvery {
+			lastSweep = now
+			if err := q.guardedSweep(now); err != nil {
+				q.notify(Event{Kind: EventError, Err: err})
+			}
+		}
+		l, wait := q.dispatch(now, free)
+		if l != nil {
+			free--
+			q.draining.Add(1)
+			go func() {
+				defer q.draining.Done()
+				q.work(ctx, l)
+				done <- l
+			}()
+			continue
+		}
+		t := time.NewTimer(min(wait, q.opts.idle))
+		select {
+		case <-ctx.Done():
+		case <-q.kick:
+		case l := <-done:
+			free++
+			q.release(l)
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// dispatch picks a due lane for a free worker, or says how long to wait.
+func (q *Queue) dispatch(now time.Time, free int) (*lane, time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	wait := q.opts.idle
+	if free == 0 {
+		return nil, wait
+	}
+	if o := &q.offline; o.on {
+		if o.probing {
+			return nil, wait
+		}
+		if d := o.until.Sub(now); d > 0 {
+			return nil, d
+		}
+	}
+	l, d, ok := q.ready.due(now)
+	if l == nil {
+		if ok {
+			wait = d
+		}
+		return nil, wait
+	}
+	l.busy = true
+	if q.offline.on {
+		q.offline.probing = true
+	}
+	return l, 0
+}
+
+// release returns a lane from a worker to the schedule.
+func (q *Queue) release(l *lane) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l.busy = false
+	switch {
+	case len(l.ids) == 0:
+		q.ready.remove(l)
+		delete(q.idx.lanes, l.name)
+	case !l.held:
+		q.ready.push(l)
+	}
+}
+
+// work makes at most one attempt for the head of lane l, or settles it
+// without one, then sets when the lane is next due.
+func (q *Queue) work(ctx context.Context, l *lane) {
+	now := q.opts.now()
+	next, err := q.workHead(ctx, l.name, now)
+	switch {
+	case errors.Is(err, errMovedOn): // discarded by an operator meanwhile: next head
+		next = now
+	case err != nil:
+		q.notify(Event{Kind: EventError, Err: err})
+		next = now.Add(q.opts.Policy.BaseDelay)
+	}
+	q.mu.Lock()
+	l.nextAt = next
+	q.offline.probing = false // a probe that made no attempt is over too
+	q.mu.Unlock()
+}
+
+// observe feeds an attempt's class to offline detection. A request that
+// could not be sent as it is (ClassInvalid) says nothing of the network:
+// counting it either way would let one lane's bad requests flip the whole
+// queue offline and back while other lanes get through.
+func (q *Queue) observe(c idem.Class) {
+	if c == idem.ClassInvalid {
+		return
+	}
+	var ev EventKind
+	q.mu.Lock()
+	o := &q.offline
+	o.probing = false
+	if c != idem.ClassNeverSent {
+		if o.on {
+			ev = EventOnline
+		}
+		*o = offlineState{}
+	} else {
+		o.streak++
+		switch {
+		case o.on:
+			o.delay = min(2*o.delay, offlineMaxDelay)
+			o.until = q.opts.now().Add(o.delay)
+		case o.streak >= offlineAfter:
+			o.on, o.delay = true, offlineFirst
+			o.until = q.opts.now().Add(o.delay)
+			ev = EventOffline
+		}
+	}
+	q.mu.Unlock()
+	if ev != 0 {
+		q.notify(Event{Kind: ev})
+	}
+}
