@@ -16,7 +16,10 @@ import (
 
 // workHead handles the head of a lane and returns when the lane is next due.
 func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.Time, error) {
-	r, err := q.head(name)
+	r, quarantined, err := q.st.head(name)
+	for _, d := range quarantined {
+		q.settled(d)
+	}
 	if err != nil || r == nil {
 		return now, err
 	}
@@ -24,17 +27,14 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		// This lane's last result commit failed: as after a crash, the
 		// attempt's end is unknown.
 		orphaned(r)
-		if err := q.commit(InFlight, r, nil); err != nil {
+		if err := q.st.commit(InFlight, r, nil); err != nil {
 			return now, err
 		}
 	}
 	if !q.due(r, now) {
 		return r.NextAttempt, nil
 	}
-	q.mu.Lock()
-	hwm := q.hwm
-	q.mu.Unlock()
-	switch v, reason := q.h.judge(r, now, hwm); v {
+	switch v, reason := q.h.judge(r, now, q.st.mark()); v {
 	case verdictHold:
 		q.holdClock(reason)
 		return now.Add(q.opts.idle), nil
@@ -43,7 +43,7 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		return now, q.settle(r, Pending, Expired, q.outcomeOf(r), reason, nil)
 	}
 	q.unholdClock()
-	if err := q.lease(r, now); err != nil {
+	if err := q.st.lease(r, now); err != nil {
 		return now, err
 	}
 	return q.attempt(ctx, r)
@@ -64,61 +64,6 @@ func (q *Queue) due(r *Record, now time.Time) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return r.LastClass == idem.ClassNeverSent && !q.woken.IsZero() && !q.woken.Before(r.LastAttemptAt)
-}
-
-// head returns the first unsettled record of the lane called name, or nil.
-func (q *Queue) head(name string) (*Record, error) {
-	for {
-		q.mu.Lock()
-		var id ID
-		ok := false
-		if l := q.idx.lanes[name]; l != nil {
-			id, ok = l.head()
-		}
-		q.mu.Unlock()
-		if !ok {
-			return nil, nil
-		}
-		r, err := q.Get(id)
-		if err == nil && !r.State.Settled() {
-			return r, nil
-		}
-		if errors.Is(err, ErrDamaged) {
-			if done, qerr := q.quarantineHead(name, id); done || qerr != nil {
-				err = qerr // quarantined: on to the next head
-			}
-		}
-		if !errors.Is(err, ErrNotFound) && err != nil {
-			return nil, err
-		}
-		q.forget(name, id) // discarded, settled or quarantined behind the index's back
-	}
-}
-
-// forget drops id from a lane's order.
-func (q *Queue) forget(name string, id ID) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if l := q.idx.lanes[name]; l != nil {
-		l.drop(id)
-	}
-}
-
-// lease marks r in flight and counts the attempt, setting FirstSentAt if
-// unset, before anything is sent: a crash after the send leaves the record
-// marked as possibly sent, which is the safe side.
-func (q *Queue) lease(r *Record, now time.Time) error {
-	r.State = InFlight
-	r.NumAttempts++
-	r.LastAttemptAt = now
-	r.leaseSetFirstSent = r.FirstSentAt.IsZero()
-	if r.leaseSetFirstSent {
-		r.FirstSentAt = now
-	}
-	q.mu.Lock()
-	q.hwm = advanceMark(q.hwm, now)
-	q.mu.Unlock()
-	return q.commit(Pending, r, q.saveHWM)
 }
 
 // attempt sends one attempt of the leased r and records what followed.
@@ -207,11 +152,7 @@ func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
 		return now, err
 	}
 	err := fmt.Errorf("queue: lane %q: 401 Unauthorized with fresh credentials; held until Wake", r.Intent.Lane())
-	q.mu.Lock()
-	if l := q.idx.lanes[r.Intent.Lane()]; l != nil {
-		l.held = true
-	}
-	q.mu.Unlock()
+	q.st.hold(r.Intent.Lane())
 	q.notify(Event{Kind: EventLaneHeld, Lane: r.Intent.Lane(), Err: err})
 	return now, nil
 }
@@ -227,7 +168,7 @@ func (r *Record) unsend() {
 // requeue commits r as pending, due at next.
 func (q *Queue) requeue(r *Record, next time.Time) error {
 	r.State, r.NextAttempt, r.leaseSetFirstSent = Pending, next, false
-	return q.commit(InFlight, r, nil)
+	return q.st.commit(InFlight, r, nil)
 }
 
 // settleLeased settles a record that is in flight.
@@ -239,7 +180,7 @@ func (q *Queue) settleLeased(r *Record, s State, o idem.Outcome, reason string, 
 func (q *Queue) settle(r *Record, old, s State, o idem.Outcome, reason string, res *Response) error {
 	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.opts.now()
 	r.leaseSetFirstSent = false
-	if err := q.commit(old, r, nil); err != nil {
+	if err := q.st.commit(old, r, nil); err != nil {
 		return err
 	}
 	q.settled(r)

@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/idem-go/idem/internal/binenc"
 )
 
 // ResetClock sets the clock's high-water mark to the clock's current
@@ -32,38 +28,18 @@ func (q *Queue) ResetClock(ctx context.Context) error {
 	}
 	now := q.opts.now()
 	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed {
 		return ErrClosed
 	}
-	old := q.hwm
-	q.hwm = now
-	q.mu.Unlock()
-	err := q.guard(func() error {
-		return q.write(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			return putUint(b.meta, metaHWM, uint64(binenc.Nanos(now)))
-		})
-	})
+	old, err := q.st.resetMark(now)
 	if err != nil {
-		q.mu.Lock()
-		if q.hwm.Equal(now) { // not moved on meanwhile: as it was
-			q.hwm = old
-		}
-		q.mu.Unlock()
 		return fmt.Errorf("queue: ResetClock: %w", err)
 	}
 	q.mu.Lock()
 	q.held = false
-	for _, l := range q.idx.lanes { // held lanes wait for idle; judge them now
-		if !l.busy && !l.held && len(l.ids) > 0 {
-			l.nextAt = now
-			q.ready.push(l)
-		}
-	}
+	q.st.rejudge(now) // held lanes wait for idle; judge them now
 	q.mu.Unlock()
 	q.notify(Event{
 		Kind: EventClockReset, OldMark: old, NewMark: now,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/methods"
@@ -54,11 +53,23 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b bucket
 		return 0, err
 	}
 	r.intentBytes = data
+	id, err := q.st.insert(r, also)
+	if err != nil {
+		return 0, err
+	}
+	q.poke()
+	return id, nil
+}
 
-	if id, err := q.queued(in); err != nil || id != 0 {
+// insert stores r, a new pending record, and returns its ID; a record
+// holding r's supplied key for the same operation gives that record's ID
+// instead. also, if not nil, runs in the same transaction, given the ID.
+func (st *boltStore) insert(r *Record, also func(b buckets, id ID) error) (ID, error) {
+	in, data, now := r.Intent, r.intentBytes, r.EnqueuedAt
+	if id, err := st.queued(in); err != nil || id != 0 {
 		return id, err // a producer enqueuing again after a crash: no write needed
 	}
-	if err := q.reserve(len(data)); err != nil {
+	if err := st.reserve(len(data)); err != nil {
 		return 0, err
 	}
 	var (
@@ -66,14 +77,14 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b bucket
 		size    int
 		existed bool
 	)
-	err = q.guard(func() error {
-		return q.write(func(tx *bolt.Tx) error {
+	err := st.guard(func() error {
+		return st.write(func(tx *bolt.Tx) error {
 			id, size, existed = 0, 0, false
 			b, err := open(tx)
 			if err != nil {
 				return err
 			}
-			if prior, err := q.sameKey(b, in); err != nil || prior != 0 {
+			if prior, err := st.sameKey(b, in); err != nil || prior != 0 {
 				id, existed = prior, prior != 0
 				return err
 			}
@@ -89,38 +100,37 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b bucket
 			return also(b, id)
 		})
 	})
-	q.mu.Lock()
-	q.idx.reservedItems--
-	q.idx.reservedBytes -= int64(len(data))
+	st.mu.Lock()
+	st.idx.reservedItems--
+	st.idx.reservedBytes -= int64(len(data))
 	if err == nil && !existed {
-		l := q.idx.added(id, in.Lane(), size)
+		l := st.idx.added(id, in.Lane(), size)
 		if len(l.ids) == 1 && !l.busy && !l.held {
 			l.nextAt = now
-			q.ready.push(l)
+			st.ready.push(l)
 		}
 	}
-	q.mu.Unlock()
+	st.mu.Unlock()
 	if err != nil {
 		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrKeyInUse) && !errors.Is(err, ErrDamaged) && !errors.Is(err, ErrNotResubmittable) {
 			err = fmt.Errorf("queue: enqueue: not stored: %w", err) // a write failed: disk full, I/O error
 		}
 		return 0, err
 	}
-	q.poke()
 	return id, nil
 }
 
 // reserve promises room for one record of size bytes, or says why there is
 // none. The caller gives it back once its commit is done.
-func (q *Queue) reserve(size int) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	x := &q.idx
-	if items := x.unsettled() + x.reservedItems; items+1 > q.opts.MaxItems {
-		return fmt.Errorf("%w: %d unsettled records, limit %d", ErrQueueFull, items, q.opts.MaxItems)
+func (st *boltStore) reserve(size int) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	x := &st.idx
+	if items := x.unsettled() + x.reservedItems; items+1 > st.opts.MaxItems {
+		return fmt.Errorf("%w: %d unsettled records, limit %d", ErrQueueFull, items, st.opts.MaxItems)
 	}
-	if used := x.active + x.reservedBytes; used+int64(size) > q.opts.MaxBytes {
-		return fmt.Errorf("%w: %d bytes used, %d more would pass the limit of %d", ErrQueueFull, used, size, q.opts.MaxBytes)
+	if used := x.active + x.reservedBytes; used+int64(size) > st.opts.MaxBytes {
+		return fmt.Errorf("%w: %d bytes used, %d more would pass the limit of %d", ErrQueueFull, used, size, st.opts.MaxBytes)
 	}
 	x.reservedItems++
 	x.reservedBytes += int64(size)
@@ -128,18 +138,18 @@ func (q *Queue) reserve(size int) error {
 }
 
 // queued looks in's key up without a write transaction.
-func (q *Queue) queued(in *idem.Intent) (ID, error) {
+func (st *boltStore) queued(in *idem.Intent) (ID, error) {
 	if !in.KeySupplied() {
 		return 0, nil
 	}
 	var id ID
-	err := q.guard(func() error {
-		return q.db.View(func(tx *bolt.Tx) error {
+	err := st.guard(func() error {
+		return st.db.View(func(tx *bolt.Tx) error {
 			b, err := open(tx)
 			if err != nil {
 				return err
 			}
-			id, err = q.sameKey(b, in)
+			id, err = st.sameKey(b, in)
 			return err
 		})
 	})
@@ -148,7 +158,7 @@ func (q *Queue) queued(in *idem.Intent) (ID, error) {
 
 // sameKey returns the ID of the record holding in's key, if it holds the
 // same operation; ErrKeyInUse if another.
-func (q *Queue) sameKey(b buckets, in *idem.Intent) (ID, error) {
+func (st *boltStore) sameKey(b buckets, in *idem.Intent) (ID, error) {
 	if !in.KeySupplied() {
 		return 0, nil
 	}
@@ -170,19 +180,4 @@ func (q *Queue) sameKey(b buckets, in *idem.Intent) (ID, error) {
 		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", ErrKeyInUse, id, o.Method(), redact.RawURL(o.URL()))
 	}
 	return id, nil
-}
-
-// guard runs fn unless the queue is closed, and keeps Close waiting until fn
-// returns.
-func (q *Queue) guard(fn func() error) error {
-	q.life.RLock()
-	defer q.life.RUnlock()
-	if q.isClosed() {
-		return ErrClosed
-	}
-	err := fn()
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrClosed
-	}
-	return err
 }

@@ -2,11 +2,13 @@ package queue
 
 import (
 	"container/heap"
+	"errors"
 	"slices"
 	"time"
 )
 
-// lane is the in-memory state of one lane; Queue.mu guards it.
+// lane is the in-memory state of one lane; the bbolt store's mutex guards
+// it.
 type lane struct {
 	name   string
 	ids    []ID      // its unsettled records, in ID (delivery) order
@@ -110,3 +112,117 @@ const (
 	offlineFirst    = time.Second
 	offlineMaxDelay = time.Minute
 )
+
+// due pops the lane whose head is due first and marks it busy, if one is
+// due at now; otherwise it says how long until one is (ok false: none
+// waits).
+func (st *boltStore) due(now time.Time) (l *lane, wait time.Duration, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	l, wait, ok = st.ready.due(now)
+	if l != nil {
+		l.busy = true
+	}
+	return l, wait, ok
+}
+
+// setNext sets when the head of l, which a worker holds, is next due.
+func (st *boltStore) setNext(l *lane, next time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	l.nextAt = next
+}
+
+// release returns a lane from a worker to the schedule, or forgets it when
+// it has no records left.
+func (st *boltStore) release(l *lane) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	l.busy = false
+	switch {
+	case len(l.ids) == 0:
+		st.ready.remove(l)
+		delete(st.idx.lanes, l.name)
+	case !l.held:
+		st.ready.push(l)
+	}
+}
+
+// hold takes the lane called name out of the schedule until wake.
+func (st *boltStore) hold(name string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if l := st.idx.lanes[name]; l != nil {
+		l.held = true
+	}
+}
+
+// wake ends every lane's hold and makes every idle lane due at now.
+func (st *boltStore) wake(now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, l := range st.idx.lanes {
+		l.held = false
+		if !l.busy && len(l.ids) > 0 {
+			l.nextAt = now
+			st.ready.push(l)
+		}
+	}
+}
+
+// rejudge makes every idle lane that is not held due at now, for the
+// drainer to judge its head again.
+func (st *boltStore) rejudge(now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, l := range st.idx.lanes {
+		if !l.busy && !l.held && len(l.ids) > 0 {
+			l.nextAt = now
+			st.ready.push(l)
+		}
+	}
+}
+
+// head returns the first unsettled record of the lane called name, or nil,
+// and the damaged records it quarantined on the way, for the caller to
+// report.
+func (st *boltStore) head(name string) (*Record, []*Record, error) {
+	var quarantined []*Record
+	for {
+		st.mu.Lock()
+		var id ID
+		ok := false
+		if l := st.idx.lanes[name]; l != nil {
+			id, ok = l.head()
+		}
+		st.mu.Unlock()
+		if !ok {
+			return nil, quarantined, nil
+		}
+		r, err := st.get(id)
+		if err == nil && !r.State.Settled() {
+			return r, quarantined, nil
+		}
+		if errors.Is(err, ErrDamaged) {
+			if qr, qerr := st.quarantineHead(name, id); qr != nil || qerr != nil {
+				err = qerr // quarantined: on to the next head
+				if qr != nil {
+					quarantined = append(quarantined, qr)
+				}
+			}
+		}
+		if !errors.Is(err, ErrNotFound) && err != nil {
+			return nil, quarantined, err
+		}
+		st.forget(name, id) // discarded, settled or quarantined behind the index's back
+	}
+}
+
+// forget drops id from a lane's order.
+func (st *boltStore) forget(name string, id ID) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if l := st.idx.lanes[name]; l != nil {
+		l.drop(id)
+	}
+}

@@ -47,16 +47,16 @@ func salvageIntent(data []byte) *idem.Intent {
 }
 
 // quarantineHead quarantines record id, the head of the lane called name,
-// if it does not decode, and reports it. It returns false when there was
-// nothing to quarantine: the record is gone or decodes.
-func (q *Queue) quarantineHead(name string, id ID) (bool, error) {
+// if it does not decode, and returns it for the caller to report. It returns
+// nil when there was nothing to quarantine: the record is gone or decodes.
+func (st *boltStore) quarantineHead(name string, id ID) (*Record, error) {
 	var (
 		r    *Record
 		old  State
 		size int
 	)
-	err := q.guard(func() error {
-		return q.write(func(tx *bolt.Tx) error {
+	err := st.guard(func() error {
+		return st.write(func(tx *bolt.Tx) error {
 			r = nil
 			b, err := open(tx)
 			if err != nil {
@@ -79,20 +79,19 @@ func (q *Queue) quarantineHead(name string, id ID) (bool, error) {
 			if len(v) > stateOffset && State(v[stateOffset]) == InFlight {
 				old = InFlight
 			}
-			r = quarantined(id, v, err, q.opts.now())
+			r = quarantined(id, v, err, st.opts.now())
 			_, err = b.put(r)
 			return err
 		})
 	})
 	if err != nil || r == nil {
-		return false, err
+		return nil, err
 	}
-	q.mu.Lock()
-	q.idx.moved(r, old, size, 0)
-	if l := q.idx.lanes[name]; l != nil {
+	st.mu.Lock()
+	st.idx.moved(r, old, size, 0)
+	if l := st.idx.lanes[name]; l != nil {
 		l.drop(id) // r.lane() is not name when the intent was lost
 	}
-	q.mu.Unlock()
-	q.settled(r)
-	return true, nil
+	st.mu.Unlock()
+	return r, nil
 }

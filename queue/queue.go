@@ -2,20 +2,14 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"reflect"
 	"runtime"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idem-go/idem"
 )
@@ -177,20 +171,14 @@ func (o Options) withDefaults() (Options, error) {
 // Queue is a durable queue of intents in one bbolt file. Enqueue persists an
 // intent before its first attempt; Run drains the queue. A Queue is safe for
 // concurrent use.
+//
+// The Queue owns the drainer, the events and the waiters; its store (st)
+// owns the records, their lanes and the schedule of due lanes. Lock order:
+// Queue.mu before the store's mutex, never the other way.
 type Queue struct {
-	db   *bolt.DB
-	lock *os.File // the lock file, locked until Close (see lockSuffix)
-	path string
+	st   *boltStore
 	opts Options
 	h    horizon
-
-	// writers counts write transactions under way: a lone writer commits at
-	// once with Update, concurrent ones share commits with Batch.
-	writers atomic.Int32
-
-	// life is held for reading by every operation on the file and for
-	// writing by Close, so that Close waits for them.
-	life sync.RWMutex
 
 	// notifying counts the Notify calls under way, for Close to tell
 	// whether it may be running inside one.
@@ -199,10 +187,7 @@ type Queue struct {
 	shut chan struct{}
 
 	mu       sync.Mutex // guards the fields below
-	idx      index
-	ready    laneHeap
 	waiters  map[ID][]chan *Record
-	hwm      time.Time // the latest wall time seen, persisted at each lease
 	offline  offlineState
 	woken    time.Time // when Wake was last called
 	held     bool      // sends are held for the clock: EventClockHeld was sent
@@ -212,7 +197,6 @@ type Queue struct {
 	closed   bool
 	kick     chan struct{} // wakes the drainer; buffered, never closed
 	draining sync.WaitGroup
-	damaged  []*Record // quarantined by Open, for Run to report
 }
 
 // Open opens the queue file at path, creating it (mode 0600) if it does not
@@ -247,15 +231,12 @@ func Open(path string, opts Options) (*Queue, error) {
 
 // openLocked is Open once the lock file lf is locked.
 func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
-	if !o.ReadOnly {
-		removeCompactions(path)
-	}
-	db, err := openDB(path, o)
+	st, err := openBolt(path, o, lf)
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{
-		db: db, lock: lf, path: path, opts: o,
+	return &Queue{
+		st: st, opts: o,
 		h: horizon{
 			retention: o.Retention, margin: o.Margin, maxAge: o.MaxAge,
 			attemptTimeout: o.Policy.AttemptTimeout, clockTolerance: o.ClockTolerance,
@@ -263,57 +244,8 @@ func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
 		waiters: map[ID][]chan *Record{},
 		kick:    make(chan struct{}, 1),
 		shut:    make(chan struct{}),
-	}
-	if err := q.recover(); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if o.ReadOnly {
-		return q, nil
-	}
-	if err := q.maybeCompact(); err != nil {
-		q.db.Close()
-		return nil, err
-	}
-	return q, nil
+	}, nil
 }
-
-func openDB(path string, o Options) (db *bolt.DB, err error) {
-	fi, statErr := os.Stat(path)
-	existed := statErr == nil && fi.Size() > 0
-	if err := checkSize(path); err != nil {
-		return nil, err
-	}
-	// A damaged page read through bbolt's mapping faults; make that a panic
-	// this function can turn into an error.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			db, err = nil, fmt.Errorf("%w: %s: %v", ErrDamaged, path, p)
-		}
-	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile, ReadOnly: o.ReadOnly})
-	var pathErr *fs.PathError
-	switch {
-	case err == nil:
-		db.MaxBatchDelay = batchDelay
-		return db, nil
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, o.LockTimeout)
-	case errors.As(err, &pathErr):
-		return nil, fmt.Errorf("queue: %w", err)
-	case existed:
-		// bbolt read the file and did not like it: wrong format, bad meta
-		// pages, truncation.
-		return nil, fmt.Errorf("%w: %s is not a readable queue file: %v", ErrDamaged, path, err)
-	}
-	return nil, fmt.Errorf("queue: open %s: %w", path, err)
-}
-
-// batchDelay is how long a shared commit waits for company. Producers that
-// arrive while a commit runs gather behind it anyway, so a short delay only
-// bounds the wait of a batch that stays small.
-const batchDelay = time.Millisecond
 
 // Close stops Run, waits for the attempts under way to be recorded, then
 // closes the file. Later calls wait for that, then return ErrClosed.
@@ -366,11 +298,7 @@ func (q *Queue) finishClose() error {
 		delete(q.waiters, id)
 	}
 	q.mu.Unlock()
-	q.life.Lock()
-	defer q.life.Unlock()
-	err := q.db.Close()
-	q.lock.Close() // after the file: the next opener may have it
-	return err
+	return q.st.close()
 }
 
 // inNotify reports whether the calling goroutine is inside this queue's
@@ -406,7 +334,7 @@ func (q *Queue) inNotify() bool {
 }
 
 // Path returns the file's path.
-func (q *Queue) Path() string { return q.path }
+func (q *Queue) Path() string { return q.st.path }
 
 func (q *Queue) isClosing() bool {
 	q.mu.Lock()
@@ -426,17 +354,4 @@ func (q *Queue) poke() {
 	case q.kick <- struct{}{}:
 	default:
 	}
-}
-
-// write runs fn in a write transaction: at once when it is the only writer,
-// sharing a commit with concurrent writers otherwise. fn may run twice, as
-// with bolt.DB.Batch, so it must only touch the transaction and variables it
-// sets afresh each time.
-func (q *Queue) write(fn func(*bolt.Tx) error) error {
-	n := q.writers.Add(1)
-	defer q.writers.Add(-1)
-	if n > 1 {
-		return q.db.Batch(fn)
-	}
-	return q.db.Update(fn)
 }

@@ -242,7 +242,7 @@ func TestEnqueueConcurrent(t *testing.T) {
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Equal(t, producers*each, c[Pending])
-	assert.Len(t, q.idx.lanes, producers)
+	assert.Len(t, q.st.idx.lanes, producers)
 }
 
 func TestListPaging(t *testing.T) {
@@ -293,7 +293,7 @@ func TestGetDiscard(t *testing.T) {
 	_, err = q.Get(id)
 	assert.ErrorIs(t, err, ErrNotFound)
 	assert.ErrorIs(t, q.Discard(id), ErrNotFound)
-	assert.Empty(t, q.idx.lanes, "an empty lane is forgotten")
+	assert.Empty(t, q.st.idx.lanes, "an empty lane is forgotten")
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Zero(t, c[Pending])
@@ -312,9 +312,9 @@ func TestDiscardInFlight(t *testing.T) {
 	q, _ := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
 	require.NoError(t, err)
-	r, err := q.head("")
+	r, _, err := q.st.head("")
 	require.NoError(t, err)
-	require.NoError(t, q.lease(r, time.Now()))
+	require.NoError(t, q.st.lease(r, time.Now()))
 	assert.ErrorIs(t, q.Discard(id), ErrInFlight)
 }
 
@@ -339,10 +339,10 @@ func TestRecoverInFlight(t *testing.T) {
 	q, path := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
 	require.NoError(t, err)
-	r, err := q.head("")
+	r, _, err := q.st.head("")
 	require.NoError(t, err)
 	leased := time.Now()
-	require.NoError(t, q.lease(r, leased))
+	require.NoError(t, q.st.lease(r, leased))
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Equal(t, 1, c[InFlight])
@@ -380,7 +380,7 @@ func TestSweepSettled(t *testing.T) {
 			clk.Add(time.Hour)
 		}
 	}
-	n, err := q.sweep(clk.Now())
+	n, err := q.st.sweep(clk.Now())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "only the record settled an hour ago goes")
 	_, err = q.Get(ids[0])
@@ -455,7 +455,7 @@ func TestCompactAtOpen(t *testing.T) {
 	assert.True(t, errors.Is(err, os.ErrNotExist))
 	assert.Empty(t, compactTemps(t, path), "no compaction file is left")
 	// The compacted file is a sound bbolt file.
-	require.NoError(t, q.db.View(func(tx *bolt.Tx) error {
+	require.NoError(t, q.st.db.View(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
 			return err
 		}

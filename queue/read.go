@@ -13,10 +13,13 @@ import (
 )
 
 // Get returns record id, or ErrNotFound.
-func (q *Queue) Get(id ID) (*Record, error) {
+func (q *Queue) Get(id ID) (*Record, error) { return q.st.get(id) }
+
+// get returns record id, or ErrNotFound.
+func (st *boltStore) get(id ID) (*Record, error) {
 	var r *Record
-	err := q.guard(func() error {
-		return q.db.View(func(tx *bolt.Tx) error {
+	err := st.guard(func() error {
+		return st.db.View(func(tx *bolt.Tx) error {
 			b, err := open(tx)
 			if err != nil {
 				return err
@@ -41,9 +44,14 @@ func (q *Queue) List(s State, after ID, limit int) ([]*Record, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("queue: List: limit %d, want at least 1", limit)
 	}
+	return q.st.list(s, after, limit)
+}
+
+// list is List once its arguments are checked.
+func (st *boltStore) list(s State, after ID, limit int) ([]*Record, error) {
 	var out []*Record
-	err := q.guard(func() error {
-		return q.db.View(func(tx *bolt.Tx) error {
+	err := st.guard(func() error {
+		return st.db.View(func(tx *bolt.Tx) error {
 			out = out[:0]
 			b, err := open(tx)
 			if err != nil {
@@ -68,16 +76,21 @@ func (q *Queue) List(s State, after ID, limit int) ([]*Record, error) {
 
 // Counts returns how many records are in each state.
 func (q *Queue) Counts() (map[State]int, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
+	if q.isClosed() {
 		return nil, ErrClosed
 	}
+	return q.st.counts(), nil
+}
+
+// counts returns how many records are in each state.
+func (st *boltStore) counts() map[State]int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	out := make(map[State]int, 5)
 	for _, s := range states() {
-		out[s] = q.idx.counts[s]
+		out[s] = st.idx.counts[s]
 	}
-	return out, nil
+	return out
 }
 
 // Wait returns record id once it is settled (done, failed or expired), or
@@ -144,12 +157,23 @@ func (q *Queue) Discard(id ID) error {
 	if q.opts.ReadOnly {
 		return ErrReadOnly
 	}
+	if err := q.st.discard(id); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.discarded(id)
+	return nil
+}
+
+// discard removes record id unless it is in flight.
+func (st *boltStore) discard(id ID) error {
 	var (
 		r    *Record
 		size int
 	)
-	err := q.guard(func() error {
-		return q.write(func(tx *bolt.Tx) error {
+	err := st.guard(func() error {
+		return st.write(func(tx *bolt.Tx) error {
 			b, err := open(tx)
 			if err != nil {
 				return err
@@ -170,14 +194,13 @@ func (q *Queue) Discard(id ID) error {
 	if err != nil {
 		return err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.idx.removed(r, size)
-	if l := q.idx.lanes[r.lane()]; l != nil && len(l.ids) == 0 && !l.busy {
-		q.ready.remove(l)
-		delete(q.idx.lanes, l.name)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.idx.removed(r, size)
+	if l := st.idx.lanes[r.lane()]; l != nil && len(l.ids) == 0 && !l.busy {
+		st.ready.remove(l)
+		delete(st.idx.lanes, l.name)
 	}
-	q.discarded(id)
 	return nil
 }
 
@@ -253,24 +276,34 @@ func resubmittable(r *Record) error {
 // OldestPending returns how long the oldest unsettled record has waited
 // since it was enqueued; 0 for an empty queue.
 func (q *Queue) OldestPending() (time.Duration, error) {
-	q.mu.Lock()
-	heads := make([]ID, 0, len(q.idx.lanes))
-	for _, l := range q.idx.lanes {
+	enqueued, err := q.st.oldestUnsettled()
+	if err != nil || enqueued.IsZero() {
+		return 0, err
+	}
+	return max(q.opts.now().Sub(enqueued), 0), nil
+}
+
+// oldestUnsettled returns when the oldest unsettled record was enqueued; the
+// zero Time when there is none.
+func (st *boltStore) oldestUnsettled() (time.Time, error) {
+	st.mu.Lock()
+	heads := make([]ID, 0, len(st.idx.lanes))
+	for _, l := range st.idx.lanes {
 		if id, ok := l.head(); ok {
 			heads = append(heads, id)
 		}
 	}
-	q.mu.Unlock()
+	st.mu.Unlock()
 	if len(heads) == 0 {
-		return 0, nil
+		return time.Time{}, nil
 	}
 	// IDs grow in enqueue order: the oldest record is the smallest head.
-	r, err := q.Get(slices.Min(heads))
+	r, err := st.get(slices.Min(heads))
 	if errors.Is(err, ErrNotFound) {
-		return 0, nil // settled meanwhile
+		return time.Time{}, nil // settled meanwhile
 	}
 	if err != nil {
-		return 0, err
+		return time.Time{}, err
 	}
-	return max(q.opts.now().Sub(r.EnqueuedAt), 0), nil
+	return r.EnqueuedAt, nil
 }

@@ -17,13 +17,7 @@ func (q *Queue) Wake() {
 	q.woken = now
 	wasOffline := q.offline.on
 	q.offline = offlineState{}
-	for _, l := range q.idx.lanes {
-		l.held = false
-		if !l.busy && len(l.ids) > 0 {
-			l.nextAt = now
-			q.ready.push(l)
-		}
-	}
+	q.st.wake(now)
 	q.mu.Unlock()
 	if wasOffline {
 		q.notify(Event{Kind: EventOnline})
@@ -60,11 +54,7 @@ func (q *Queue) Run(ctx context.Context) error {
 		q.draining.Done()
 	}()
 
-	q.mu.Lock()
-	quarantine := q.damaged
-	q.damaged = nil
-	q.mu.Unlock()
-	for _, r := range quarantine { // found damaged by Open: reported once
+	for _, r := range q.st.takeDamaged() { // found damaged by Open: reported once
 		q.notify(Event{Kind: EventSettled, Record: r})
 	}
 
@@ -76,21 +66,21 @@ func (q *Queue) Run(ctx context.Context) error {
 			select {
 			case l := <-done:
 				free++
-				q.release(l)
+				q.st.release(l)
 			default:
 				drained = true
 			}
 		}
 		if ctx.Err() != nil || q.isClosing() {
 			for ; free < q.opts.Workers; free++ {
-				q.release(<-done)
+				q.st.release(<-done)
 			}
 			return nil
 		}
 		now := q.opts.now()
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now
-			if err := q.guardedSweep(now); err != nil {
+			if err := q.st.guardedSweep(now); err != nil {
 				q.notify(Event{Kind: EventError, Err: err})
 			}
 		}
@@ -111,7 +101,7 @@ func (q *Queue) Run(ctx context.Context) error {
 		case <-q.kick:
 		case l := <-done:
 			free++
-			q.release(l)
+			q.st.release(l)
 		case <-t.C:
 		}
 		t.Stop()
@@ -134,32 +124,17 @@ func (q *Queue) dispatch(now time.Time, free int) (*lane, time.Duration) {
 			return nil, d
 		}
 	}
-	l, d, ok := q.ready.due(now)
+	l, d, ok := q.st.due(now)
 	if l == nil {
 		if ok {
 			wait = d
 		}
 		return nil, wait
 	}
-	l.busy = true
 	if q.offline.on {
 		q.offline.probing = true
 	}
 	return l, 0
-}
-
-// release returns a lane from a worker to the schedule.
-func (q *Queue) release(l *lane) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	l.busy = false
-	switch {
-	case len(l.ids) == 0:
-		q.ready.remove(l)
-		delete(q.idx.lanes, l.name)
-	case !l.held:
-		q.ready.push(l)
-	}
 }
 
 // work makes at most one attempt for the head of lane l, or settles it
@@ -175,9 +150,9 @@ func (q *Queue) work(ctx context.Context, l *lane) {
 		next = now.Add(q.opts.Policy.BaseDelay)
 	}
 	q.mu.Lock()
-	l.nextAt = next
 	q.offline.probing = false // a probe that made no attempt is over too
 	q.mu.Unlock()
+	q.st.setNext(l, next)
 }
 
 // observe feeds an attempt's class to offline detection. A request that

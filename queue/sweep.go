@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-go/idem/internal/binenc"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem/internal/binenc"
 )
 
 // sweepEvery is how often a running drainer removes settled records past
@@ -31,33 +32,33 @@ const (
 )
 
 // guardedSweep is sweep for the running drainer, which races Close.
-func (q *Queue) guardedSweep(now time.Time) error {
-	return q.guard(func() error {
-		_, err := q.sweep(now)
+func (st *boltStore) guardedSweep(now time.Time) error {
+	return st.guard(func() error {
+		_, err := st.sweep(now)
 		return err
 	})
 }
 
 // sweep removes settled records that settled KeepSettled or more ago, and
 // returns how many.
-func (q *Queue) sweep(now time.Time) (int, error) {
-	cutoff := binenc.Nanos(now.Add(-q.opts.KeepSettled))
+func (st *boltStore) sweep(now time.Time) (int, error) {
+	cutoff := binenc.Nanos(now.Add(-st.opts.KeepSettled))
 	total := 0
 	for {
-		q.mu.Lock()
+		st.mu.Lock()
 		var due []settledEntry
-		for _, e := range q.idx.settled {
+		for _, e := range st.idx.settled {
 			if e.at > cutoff || len(due) == sweepBatch {
 				break
 			}
 			due = append(due, e)
 		}
-		q.mu.Unlock()
+		st.mu.Unlock()
 		if len(due) == 0 {
 			return total, nil
 		}
 		var removed []State
-		err := q.write(func(tx *bolt.Tx) error {
+		err := st.write(func(tx *bolt.Tx) error {
 			removed = removed[:0]
 			b, err := open(tx)
 			if err != nil {
@@ -81,14 +82,14 @@ func (q *Queue) sweep(now time.Time) (int, error) {
 		if err != nil {
 			return total, err
 		}
-		q.mu.Lock()
+		st.mu.Lock()
 		for _, s := range removed {
-			q.idx.counts[s]-- // settled: in no lane, not counted as active
+			st.idx.counts[s]-- // settled: in no lane, not counted as active
 		}
 		// One pass drops the batch's entries, and those whose record went
 		// another way (discarded), so none is taken again.
-		q.idx.dropSettled(due)
-		q.mu.Unlock()
+		st.idx.dropSettled(due)
+		st.mu.Unlock()
 		total += len(removed)
 	}
 }
@@ -97,34 +98,34 @@ func (q *Queue) sweep(now time.Time) (int, error) {
 // reuses free pages but never gives them back. The copy is written beside
 // the file, synced, and renamed over it, so a crash leaves either file
 // whole.
-func (q *Queue) maybeCompact() error {
-	fi, err := os.Stat(q.path)
+func (st *boltStore) maybeCompact() error {
+	fi, err := os.Stat(st.path)
 	if err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}
 	if fi.Size() < compactMinSize {
 		return nil
 	}
-	free := int64(q.db.Stats().FreePageN) * int64(q.db.Info().PageSize)
+	free := int64(st.db.Stats().FreePageN) * int64(st.db.Info().PageSize)
 	if float64(free) < compactFreeShare*float64(fi.Size()) {
 		return nil
 	}
-	return q.compact()
+	return st.compact()
 }
 
-func (q *Queue) compact() error {
-	f, err := os.CreateTemp(filepath.Dir(q.path), filepath.Base(q.path)+compactSuffix+"-*")
+func (st *boltStore) compact() error {
+	f, err := os.CreateTemp(filepath.Dir(st.path), filepath.Base(st.path)+compactSuffix+"-*")
 	if err != nil {
 		return fmt.Errorf("queue: compact: %w", err)
 	}
 	tmp := f.Name()
 	f.Close()
-	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{OpenFile: q.opts.openFile})
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{OpenFile: st.opts.openFile})
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("queue: compact: %w", err)
 	}
-	if err := bolt.Compact(dst, q.db, 16<<20); err != nil {
+	if err := bolt.Compact(dst, st.db, 16<<20); err != nil {
 		dst.Close()
 		os.Remove(tmp)
 		return fmt.Errorf("queue: compact: %w", err)
@@ -133,27 +134,27 @@ func (q *Queue) compact() error {
 		os.Remove(tmp)
 		return fmt.Errorf("queue: compact: %w", err)
 	}
-	if err := q.db.Close(); err != nil {
+	if err := st.db.Close(); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("queue: compact: %w", err)
 	}
 	// bbolt's lock on the file is let go until openDB: the lock file keeps
 	// other openers out meanwhile.
-	if err := os.Rename(tmp, q.path); err != nil {
+	if err := os.Rename(tmp, st.path); err != nil {
 		os.Remove(tmp)
-		db, oerr := openDB(q.path, q.opts)
+		db, oerr := openDB(st.path, st.opts)
 		if oerr != nil {
 			return oerr
 		}
-		q.db = db
+		st.db = db
 		return nil // compaction is an optimisation; the old file is intact
 	}
-	syncDir(q.path)
-	db, err := openDB(q.path, q.opts)
+	syncDir(st.path)
+	db, err := openDB(st.path, st.opts)
 	if err != nil {
 		return err
 	}
-	q.db = db
+	st.db = db
 	return nil
 }
 
