@@ -27,7 +27,7 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		// This lane's last result commit failed: as after a crash, the
 		// attempt's end is unknown.
 		orphaned(r)
-		if err := q.st.commit(InFlight, r, nil); err != nil {
+		if err := q.st.commit(InFlight, r); err != nil {
 			return now, err
 		}
 	}
@@ -168,7 +168,7 @@ func (r *Record) unsend() {
 // requeue commits r as pending, due at next.
 func (q *Queue) requeue(r *Record, next time.Time) error {
 	r.State, r.NextAttempt, r.leaseSetFirstSent = Pending, next, false
-	return q.st.commit(InFlight, r, nil)
+	return q.st.commit(InFlight, r)
 }
 
 // settleLeased settles a record that is in flight.
@@ -180,7 +180,7 @@ func (q *Queue) settleLeased(r *Record, s State, o idem.Outcome, reason string, 
 func (q *Queue) settle(r *Record, old, s State, o idem.Outcome, reason string, res *Response) error {
 	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.opts.now()
 	r.leaseSetFirstSent = false
-	if err := q.st.commit(old, r, nil); err != nil {
+	if err := q.st.commit(old, r); err != nil {
 		return err
 	}
 	q.settled(r)

@@ -31,12 +31,12 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	if q.opts.ReadOnly {
 		return 0, ErrReadOnly
 	}
-	return q.enqueue(ctx, in, nil)
+	return q.enqueue(ctx, in, 0)
 }
 
-// enqueue is Enqueue. also, if not nil, runs in the transaction that stores
-// in, given its ID: an error from it stores nothing and is returned as is.
-func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b buckets, id ID) error) (ID, error) {
+// enqueue is Enqueue, and Resubmit's copy of record resubmitOf when that is
+// not 0.
+func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, resubmitOf ID) (ID, error) {
 	if in == nil {
 		return 0, fmt.Errorf("%w: nil intent", idem.ErrInvalidIntent)
 	}
@@ -53,7 +53,11 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b bucket
 		return 0, err
 	}
 	r.intentBytes = data
-	id, err := q.st.insert(r, also)
+	insert := q.st.insert
+	if resubmitOf != 0 {
+		insert = func(r *Record) (ID, error) { return q.st.resubmit(r, resubmitOf) }
+	}
+	id, err := insert(r)
 	if err != nil {
 		return 0, err
 	}
@@ -63,8 +67,31 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, also func(b bucket
 
 // insert stores r, a new pending record, and returns its ID; a record
 // holding r's supplied key for the same operation gives that record's ID
-// instead. also, if not nil, runs in the same transaction, given the ID.
-func (st *boltStore) insert(r *Record, also func(b buckets, id ID) error) (ID, error) {
+// instead.
+func (st *boltStore) insert(r *Record) (ID, error) { return st.insertWith(r, nil) }
+
+// resubmit is insert for the copy of record old, which it marks in the same
+// transaction. The transaction checks old again: of two Resubmit calls at
+// once, or one after a crash, only one queues a copy.
+func (st *boltStore) resubmit(r *Record, old ID) (ID, error) {
+	return st.insertWith(r, func(b buckets, newID ID) error {
+		o, _, err := b.get(old)
+		if err != nil || o == nil {
+			return err // discarded meanwhile: the new record stands alone
+		}
+		if err := resubmittable(o); err != nil {
+			return err
+		}
+		o.ResubmittedAs = newID
+		_, _, _, err = b.replace(o, o.State)
+		return err
+	})
+}
+
+// insertWith is insert; also, if not nil, runs in the transaction that
+// stores r, given its ID: an error from it stores nothing and is returned as
+// is.
+func (st *boltStore) insertWith(r *Record, also func(b buckets, id ID) error) (ID, error) {
 	in, data, now := r.Intent, r.intentBytes, r.EnqueuedAt
 	if id, err := st.queued(in); err != nil || id != 0 {
 		return id, err // a producer enqueuing again after a crash: no write needed

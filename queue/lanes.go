@@ -113,31 +113,39 @@ const (
 	offlineMaxDelay = time.Minute
 )
 
-// due pops the lane whose head is due first and marks it busy, if one is
-// due at now; otherwise it says how long until one is (ok false: none
+// takeDue takes the lane whose head is due first for a worker, if one is due
+// at now (got); otherwise it says how long until one is (ok false: none
 // waits).
-func (st *boltStore) due(now time.Time) (l *lane, wait time.Duration, ok bool) {
+func (st *boltStore) takeDue(now time.Time) (name string, got bool, wait time.Duration, ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	l, wait, ok = st.ready.due(now)
-	if l != nil {
-		l.busy = true
+	l, wait, ok := st.ready.due(now)
+	if l == nil {
+		return "", false, wait, ok
 	}
-	return l, wait, ok
+	l.busy = true
+	return l.name, true, 0, true
 }
 
-// setNext sets when the head of l, which a worker holds, is next due.
-func (st *boltStore) setNext(l *lane, next time.Time) {
+// setNext sets when the head of the lane called name, which a worker holds,
+// is next due.
+func (st *boltStore) setNext(name string, next time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	l.nextAt = next
+	if l := st.idx.lanes[name]; l != nil {
+		l.nextAt = next
+	}
 }
 
-// release returns a lane from a worker to the schedule, or forgets it when
-// it has no records left.
-func (st *boltStore) release(l *lane) {
+// release returns the lane called name from its worker to the schedule, or
+// forgets it when it has no records left.
+func (st *boltStore) release(name string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	l := st.idx.lanes[name]
+	if l == nil {
+		return
+	}
 	l.busy = false
 	switch {
 	case len(l.ids) == 0:

@@ -176,7 +176,7 @@ func (o Options) withDefaults() (Options, error) {
 // owns the records, their lanes and the schedule of due lanes. Lock order:
 // Queue.mu before the store's mutex, never the other way.
 type Queue struct {
-	st   *boltStore
+	st   store
 	opts Options
 	h    horizon
 
@@ -334,7 +334,7 @@ func (q *Queue) inNotify() bool {
 }
 
 // Path returns the file's path.
-func (q *Queue) Path() string { return q.st.path }
+func (q *Queue) Path() string { return q.st.location() }
 
 func (q *Queue) isClosing() bool {
 	q.mu.Lock()

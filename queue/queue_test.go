@@ -242,7 +242,7 @@ func TestEnqueueConcurrent(t *testing.T) {
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Equal(t, producers*each, c[Pending])
-	assert.Len(t, q.st.idx.lanes, producers)
+	assert.Len(t, q.st.(*boltStore).idx.lanes, producers)
 }
 
 func TestListPaging(t *testing.T) {
@@ -293,7 +293,7 @@ func TestGetDiscard(t *testing.T) {
 	_, err = q.Get(id)
 	assert.ErrorIs(t, err, ErrNotFound)
 	assert.ErrorIs(t, q.Discard(id), ErrNotFound)
-	assert.Empty(t, q.st.idx.lanes, "an empty lane is forgotten")
+	assert.Empty(t, q.st.(*boltStore).idx.lanes, "an empty lane is forgotten")
 	c, err := q.Counts()
 	require.NoError(t, err)
 	assert.Zero(t, c[Pending])
@@ -380,7 +380,7 @@ func TestSweepSettled(t *testing.T) {
 			clk.Add(time.Hour)
 		}
 	}
-	n, err := q.st.sweep(clk.Now())
+	n, err := q.st.(*boltStore).sweep(clk.Now())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "only the record settled an hour ago goes")
 	_, err = q.Get(ids[0])
@@ -455,7 +455,7 @@ func TestCompactAtOpen(t *testing.T) {
 	assert.True(t, errors.Is(err, os.ErrNotExist))
 	assert.Empty(t, compactTemps(t, path), "no compaction file is left")
 	// The compacted file is a sound bbolt file.
-	require.NoError(t, q.st.db.View(func(tx *bolt.Tx) error {
+	require.NoError(t, q.st.(*boltStore).db.View(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
 			return err
 		}

@@ -243,21 +243,7 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The new record and the old one's mark go in one transaction, which
-	// checks the old record again: of two Resubmit calls at once, or one
-	// after a crash, only one queues a copy.
-	return q.enqueue(ctx, fresh, func(b buckets, newID ID) error {
-		r, _, err := b.get(id)
-		if err != nil || r == nil {
-			return err // discarded meanwhile: the new record stands alone
-		}
-		if err := resubmittable(r); err != nil {
-			return err
-		}
-		r.ResubmittedAs = newID
-		_, _, _, err = b.replace(r, r.State)
-		return err
-	})
+	return q.enqueue(ctx, fresh, id)
 }
 
 // resubmittable says why r cannot be resubmitted, if it cannot.

@@ -59,7 +59,7 @@ func (q *Queue) Run(ctx context.Context) error {
 	}
 
 	free := q.opts.Workers
-	done := make(chan *lane, q.opts.Workers)
+	done := make(chan string, q.opts.Workers) // lanes whose worker is done
 	lastSweep := q.opts.now()
 	for {
 		for drained := false; !drained; { // collect finished workers
@@ -84,8 +84,8 @@ func (q *Queue) Run(ctx context.Context) error {
 				q.notify(Event{Kind: EventError, Err: err})
 			}
 		}
-		l, wait := q.dispatch(now, free)
-		if l != nil {
+		l, got, wait := q.dispatch(now, free)
+		if got {
 			free--
 			q.draining.Add(1)
 			go func() {
@@ -108,40 +108,41 @@ func (q *Queue) Run(ctx context.Context) error {
 	}
 }
 
-// dispatch picks a due lane for a free worker, or says how long to wait.
-func (q *Queue) dispatch(now time.Time, free int) (*lane, time.Duration) {
+// dispatch picks a due lane for a free worker (got), or says how long to
+// wait.
+func (q *Queue) dispatch(now time.Time, free int) (string, bool, time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	wait := q.opts.idle
 	if free == 0 {
-		return nil, wait
+		return "", false, wait
 	}
 	if o := &q.offline; o.on {
 		if o.probing {
-			return nil, wait
+			return "", false, wait
 		}
 		if d := o.until.Sub(now); d > 0 {
-			return nil, d
+			return "", false, d
 		}
 	}
-	l, d, ok := q.st.due(now)
-	if l == nil {
+	l, got, d, ok := q.st.takeDue(now)
+	if !got {
 		if ok {
 			wait = d
 		}
-		return nil, wait
+		return "", false, wait
 	}
 	if q.offline.on {
 		q.offline.probing = true
 	}
-	return l, 0
+	return l, true, 0
 }
 
 // work makes at most one attempt for the head of lane l, or settles it
 // without one, then sets when the lane is next due.
-func (q *Queue) work(ctx context.Context, l *lane) {
+func (q *Queue) work(ctx context.Context, l string) {
 	now := q.opts.now()
-	next, err := q.workHead(ctx, l.name, now)
+	next, err := q.workHead(ctx, l, now)
 	switch {
 	case errors.Is(err, errMovedOn): // discarded by an operator meanwhile: next head
 		next = now

@@ -16,6 +16,61 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
+// store keeps a Queue's records, their lanes and the schedule of due lanes:
+// the drainer, horizon, backoff, events and waiters are the Queue's, written
+// once over it. A store never calls back into the Queue: it returns what the
+// Queue must report. Its methods are safe for concurrent use; the Queue
+// calls takeDue, wake and rejudge with its own mutex held.
+type store interface {
+	// insert stores r, a new pending record, and returns its ID; a record
+	// holding r's supplied key for the same operation gives that record's
+	// ID instead, another operation ErrKeyInUse.
+	insert(r *Record) (ID, error)
+	// resubmit is insert for the copy of record old, which it marks as
+	// resubmitted in the same commit; ErrNotResubmittable if it was already.
+	resubmit(r *Record, old ID) (ID, error)
+	get(id ID) (*Record, error)
+	list(s State, after ID, limit int) ([]*Record, error)
+	counts() map[State]int
+	// discard removes record id unless it is in flight (ErrInFlight).
+	discard(id ID) error
+	// oldestUnsettled returns when the oldest unsettled record was
+	// enqueued; the zero Time for none.
+	oldestUnsettled() (time.Time, error)
+
+	// takeDue takes the lane whose head is due first for a worker (got), or
+	// says how long until one is due (ok false: none waits).
+	takeDue(now time.Time) (name string, got bool, wait time.Duration, ok bool)
+	// setNext sets when the head of a lane a worker holds is next due;
+	// release gives the lane back to the schedule.
+	setNext(name string, next time.Time)
+	release(name string)
+	// hold keeps a lane out of the schedule until wake, which also makes
+	// every idle lane due at now; rejudge makes every idle, unheld lane due.
+	hold(name string)
+	wake(now time.Time)
+	rejudge(now time.Time)
+	// head returns the first unsettled record of a lane, and the damaged
+	// records it quarantined on the way, for the Queue to report.
+	head(name string) (*Record, []*Record, error)
+	// lease commits r in flight for one attempt (see boltStore.lease);
+	// commit stores r over its stored self, which must still be in state
+	// old, or returns errMovedOn.
+	lease(r *Record, now time.Time) error
+	commit(old State, r *Record) error
+	// mark and resetMark read and replace the clock's high-water mark.
+	mark() time.Time
+	resetMark(now time.Time) (time.Time, error)
+	// takeDamaged returns, once, the records found damaged when the store
+	// was opened.
+	takeDamaged() []*Record
+	// guardedSweep removes records settled Options.KeepSettled ago.
+	guardedSweep(now time.Time) error
+	// location names where the records are kept, such as a file's path.
+	location() string
+	close() error
+}
+
 // boltStore keeps a Queue's records in one bbolt file: the records, their
 // supplied keys, the clock's high-water mark, and in memory the index and
 // lane schedule that spare each commit the pages they would cost on disk
@@ -108,6 +163,9 @@ func (st *boltStore) write(fn func(*bolt.Tx) error) error {
 	return st.db.Update(fn)
 }
 
+// location returns the file's path.
+func (st *boltStore) location() string { return st.path }
+
 // takeDamaged returns the records Open quarantined, once.
 func (st *boltStore) takeDamaged() []*Record {
 	st.mu.Lock()
@@ -139,7 +197,7 @@ func (st *boltStore) lease(r *Record, now time.Time) error {
 	st.mu.Lock()
 	st.hwm = advanceMark(st.hwm, now)
 	st.mu.Unlock()
-	return st.commit(Pending, r, st.saveHWM)
+	return st.commitWith(Pending, r, st.saveHWM)
 }
 
 // resetMark sets the clock's mark to now, in the file too, and returns the
@@ -191,8 +249,11 @@ const hwmStep = time.Minute
 var errMovedOn = errors.New("queue: record changed meanwhile")
 
 // commit stores r over its stored self, which must still be in state old,
-// runs also in the same transaction, and updates the index.
-func (st *boltStore) commit(old State, r *Record, also func(buckets) error) error {
+// and updates the index.
+func (st *boltStore) commit(old State, r *Record) error { return st.commitWith(old, r, nil) }
+
+// commitWith is commit, with also run in the same transaction.
+func (st *boltStore) commitWith(old State, r *Record, also func(buckets) error) error {
 	var oldSize, newSize int
 	err := st.guard(func() error {
 		return st.write(func(tx *bolt.Tx) error {
