@@ -16,7 +16,7 @@ import (
 
 // workHead handles the head of a lane and returns when the lane is next due.
 func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.Time, error) {
-	r, quarantined, err := q.st.head(name)
+	r, quarantined, err := q.st.Head(name)
 	for _, d := range quarantined {
 		q.settled(d)
 	}
@@ -27,14 +27,14 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		// This lane's last result commit failed: as after a crash, the
 		// attempt's end is unknown.
 		orphaned(r)
-		if err := q.st.commit(InFlight, r); err != nil {
+		if err := q.st.Commit(InFlight, r); err != nil {
 			return now, err
 		}
 	}
 	if !q.due(r, now) {
 		return r.NextAttempt, nil
 	}
-	switch v, reason := q.h.judge(r, now, q.st.mark()); v {
+	switch v, reason := q.h.judge(r, now, q.st.Mark()); v {
 	case verdictHold:
 		q.holdClock(reason)
 		return now.Add(q.opts.idle), nil
@@ -43,10 +43,24 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		return now, q.settle(r, Pending, Expired, q.outcomeOf(r), reason, nil)
 	}
 	q.unholdClock()
-	if err := q.st.lease(r, now); err != nil {
+	if err := q.lease(r, now); err != nil {
 		return now, err
 	}
 	return q.attempt(ctx, r)
+}
+
+// lease marks r in flight and counts the attempt, setting FirstSentAt if
+// unset, and commits that before anything is sent: a crash after the send
+// leaves the record marked as possibly sent, which is the safe side.
+func (q *Queue) lease(r *Record, now time.Time) error {
+	r.State = InFlight
+	r.NumAttempts++
+	r.LastAttemptAt = now
+	r.leaseSetFirstSent = r.FirstSentAt.IsZero()
+	if r.leaseSetFirstSent {
+		r.FirstSentAt = now
+	}
+	return q.st.Lease(r)
 }
 
 // due reports whether r's next attempt is due: its time has come, its last
@@ -74,7 +88,7 @@ func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	step, err := engine.Attempt(actx, engine.Call{Client: q.opts.Client, Intent: r.Intent, InDoubt: r.Ambiguous, Timeout: timeout})
-	now := q.opts.now()
+	now := q.st.Now()
 	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
 		r.LastError = redact.Error(err)
 		r.NumAttempts--
@@ -152,7 +166,9 @@ func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
 		return now, err
 	}
 	err := fmt.Errorf("queue: lane %q: 401 Unauthorized with fresh credentials; held until Wake", r.Intent.Lane())
-	q.st.hold(r.Intent.Lane())
+	if err := q.st.Hold(r.Intent.Lane()); err != nil {
+		return now, err
+	}
 	q.notify(Event{Kind: EventLaneHeld, Lane: r.Intent.Lane(), Err: err})
 	return now, nil
 }
@@ -168,7 +184,7 @@ func (r *Record) unsend() {
 // requeue commits r as pending, due at next.
 func (q *Queue) requeue(r *Record, next time.Time) error {
 	r.State, r.NextAttempt, r.leaseSetFirstSent = Pending, next, false
-	return q.st.commit(InFlight, r)
+	return q.st.Commit(InFlight, r)
 }
 
 // settleLeased settles a record that is in flight.
@@ -178,9 +194,9 @@ func (q *Queue) settleLeased(r *Record, s State, o idem.Outcome, reason string, 
 
 // settle settles r, stored in state old.
 func (q *Queue) settle(r *Record, old, s State, o idem.Outcome, reason string, res *Response) error {
-	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.opts.now()
+	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.st.Now()
 	r.leaseSetFirstSent = false
-	if err := q.st.commit(old, r); err != nil {
+	if err := q.st.Commit(old, r); err != nil {
 		return err
 	}
 	q.settled(r)

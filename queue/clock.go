@@ -26,21 +26,24 @@ func (q *Queue) ResetClock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	now := q.opts.now()
+	now := q.st.Now()
 	q.mu.Lock()
 	closed := q.closed
 	q.mu.Unlock()
 	if closed {
 		return ErrClosed
 	}
-	old, err := q.st.resetMark(now)
+	old, err := q.st.ResetMark(now)
 	if err != nil {
 		return fmt.Errorf("queue: ResetClock: %w", err)
 	}
 	q.mu.Lock()
 	q.held = false
-	q.st.rejudge(now) // held lanes wait for idle; judge them now
+	err = q.st.Rejudge(now) // held lanes wait for idle; judge them now
 	q.mu.Unlock()
+	if err != nil {
+		q.report(err)
+	}
 	q.notify(Event{
 		Kind: EventClockReset, OldMark: old, NewMark: now,
 		Err: fmt.Errorf("queue: clock mark reset from %s to %s by ResetClock", fmtMark(old), fmtMark(now)),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -37,25 +38,16 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 // enqueue is Enqueue, and Resubmit's copy of record resubmitOf when that is
 // not 0.
 func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, resubmitOf ID) (ID, error) {
-	if in == nil {
-		return 0, fmt.Errorf("%w: nil intent", idem.ErrInvalidIntent)
-	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if !in.HasKey() && !methods.Idempotent(in.Method()) {
-		return 0, fmt.Errorf("%w: %s %s", ErrNeedsKey, in.Method(), redact.RawURL(in.URL()))
-	}
-	now := q.opts.now()
-	r := &Record{Intent: in, State: Pending, NextAttempt: now, EnqueuedAt: now}
-	data, err := in.MarshalBinary()
+	r, err := NewRecord(in, q.st.Now())
 	if err != nil {
 		return 0, err
 	}
-	r.intentBytes = data
-	insert := q.st.insert
+	insert := q.st.Insert
 	if resubmitOf != 0 {
-		insert = func(r *Record) (ID, error) { return q.st.resubmit(r, resubmitOf) }
+		insert = func(r *Record) (ID, error) { return q.st.Resubmit(r, resubmitOf) }
 	}
 	id, err := insert(r)
 	if err != nil {
@@ -65,15 +57,33 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, resubmitOf ID) (ID
 	return id, nil
 }
 
-// insert stores r, a new pending record, and returns its ID; a record
+// NewRecord returns the pending record that enqueuing in at now stores, due
+// at once. It refuses a nil intent (idem.ErrInvalidIntent) and a POST or
+// PATCH without a key (ErrNeedsKey), as Enqueue does. A Store's own enqueue,
+// such as pgqueue's in the caller's transaction, starts from it.
+func NewRecord(in *idem.Intent, now time.Time) (*Record, error) {
+	if in == nil {
+		return nil, fmt.Errorf("%w: nil intent", idem.ErrInvalidIntent)
+	}
+	if !in.HasKey() && !methods.Idempotent(in.Method()) {
+		return nil, fmt.Errorf("%w: %s %s", ErrNeedsKey, in.Method(), redact.RawURL(in.URL()))
+	}
+	data, err := in.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return &Record{Intent: in, State: Pending, NextAttempt: now, EnqueuedAt: now, intentBytes: data}, nil
+}
+
+// Insert stores r, a new pending record, and returns its ID; a record
 // holding r's supplied key for the same operation gives that record's ID
 // instead.
-func (st *boltStore) insert(r *Record) (ID, error) { return st.insertWith(r, nil) }
+func (st *boltStore) Insert(r *Record) (ID, error) { return st.insertWith(r, nil) }
 
-// resubmit is insert for the copy of record old, which it marks in the same
+// Resubmit is insert for the copy of record old, which it marks in the same
 // transaction. The transaction checks old again: of two Resubmit calls at
 // once, or one after a crash, only one queues a copy.
-func (st *boltStore) resubmit(r *Record, old ID) (ID, error) {
+func (st *boltStore) Resubmit(r *Record, old ID) (ID, error) {
 	return st.insertWith(r, func(b buckets, newID ID) error {
 		o, _, err := b.get(old)
 		if err != nil || o == nil {

@@ -31,6 +31,12 @@ const (
 	// EventClockReset: ResetClock replaced the clock's high-water mark
 	// OldMark with NewMark, an operator's decision worth a log line.
 	EventClockReset
+	// EventMovedOn: a record this Queue held changed meanwhile, and what
+	// the drainer learned of it was dropped (Err wraps ErrMovedOn): an
+	// operator discarded it, or, with a shared store, another process
+	// took its lane over after this one's lease ran out and the record
+	// is that process's now.
+	EventMovedOn
 )
 
 func (k EventKind) String() string {
@@ -49,6 +55,8 @@ func (k EventKind) String() string {
 		return "error"
 	case EventClockReset:
 		return "clock reset"
+	case EventMovedOn:
+		return "moved on"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -60,8 +68,8 @@ type Event struct {
 	Record *Record
 	// Lane is the held lane, for EventLaneHeld.
 	Lane string
-	// Err says why, for EventLaneHeld, EventClockHeld and EventError, and
-	// what was done, for EventClockReset.
+	// Err says why, for EventLaneHeld, EventClockHeld, EventError and
+	// EventMovedOn, and what was done, for EventClockReset.
 	Err error
 	// OldMark and NewMark are the clock's high-water mark before and after
 	// ResetClock, for EventClockReset; zero otherwise.
@@ -106,3 +114,6 @@ func (q *Queue) notify(e Event) {
 	defer q.notifying.Add(-1)
 	q.opts.Notify(e)
 }
+
+// report reports a store's failure that no caller waits for.
+func (q *Queue) report(err error) { q.notify(Event{Kind: EventError, Err: err}) }

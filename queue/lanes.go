@@ -113,33 +113,36 @@ const (
 	offlineMaxDelay = time.Minute
 )
 
-// takeDue takes the lane whose head is due first for a worker, if one is due
-// at now (got); otherwise it says how long until one is (ok false: none
-// waits).
-func (st *boltStore) takeDue(now time.Time) (name string, got bool, wait time.Duration, ok bool) {
+// TakeDue takes the lane whose head is due first for a worker, if one is due
+// at now (got); otherwise it says how long until one is (0: none waits).
+func (st *boltStore) TakeDue(now time.Time) (name string, got bool, wait time.Duration, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	l, wait, ok := st.ready.due(now)
-	if l == nil {
-		return "", false, wait, ok
+	switch {
+	case l != nil:
+		l.busy = true
+		return l.name, true, 0, nil
+	case !ok:
+		wait = 0
 	}
-	l.busy = true
-	return l.name, true, 0, true
+	return "", false, wait, nil
 }
 
-// setNext sets when the head of the lane called name, which a worker holds,
+// SetNext sets when the head of the lane called name, which a worker holds,
 // is next due.
-func (st *boltStore) setNext(name string, next time.Time) {
+func (st *boltStore) SetNext(name string, next time.Time) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if l := st.idx.lanes[name]; l != nil {
 		l.nextAt = next
 	}
+	return nil
 }
 
-// release returns the lane called name from its worker to the schedule, or
+// Release returns the lane called name from its worker to the schedule, or
 // forgets it when it has no records left.
-func (st *boltStore) release(name string) {
+func (st *boltStore) Release(name string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	l := st.idx.lanes[name]
@@ -156,17 +159,18 @@ func (st *boltStore) release(name string) {
 	}
 }
 
-// hold takes the lane called name out of the schedule until wake.
-func (st *boltStore) hold(name string) {
+// Hold takes the lane called name out of the schedule until wake.
+func (st *boltStore) Hold(name string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if l := st.idx.lanes[name]; l != nil {
 		l.held = true
 	}
+	return nil
 }
 
-// wake ends every lane's hold and makes every idle lane due at now.
-func (st *boltStore) wake(now time.Time) {
+// Wake ends every lane's hold and makes every idle lane due at now.
+func (st *boltStore) Wake(now time.Time) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, l := range st.idx.lanes {
@@ -176,11 +180,12 @@ func (st *boltStore) wake(now time.Time) {
 			st.ready.push(l)
 		}
 	}
+	return nil
 }
 
-// rejudge makes every idle lane that is not held due at now, for the
+// Rejudge makes every idle lane that is not held due at now, for the
 // drainer to judge its head again.
-func (st *boltStore) rejudge(now time.Time) {
+func (st *boltStore) Rejudge(now time.Time) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, l := range st.idx.lanes {
@@ -189,12 +194,16 @@ func (st *boltStore) rejudge(now time.Time) {
 			st.ready.push(l)
 		}
 	}
+	return nil
 }
 
-// head returns the first unsettled record of the lane called name, or nil,
+// Wakeups returns nil: only this process's Queue writes the file.
+func (st *boltStore) Wakeups() <-chan struct{} { return nil }
+
+// Head returns the first unsettled record of the lane called name, or nil,
 // and the damaged records it quarantined on the way, for the caller to
 // report.
-func (st *boltStore) head(name string) (*Record, []*Record, error) {
+func (st *boltStore) Head(name string) (*Record, []*Record, error) {
 	var quarantined []*Record
 	for {
 		st.mu.Lock()
@@ -207,7 +216,7 @@ func (st *boltStore) head(name string) (*Record, []*Record, error) {
 		if !ok {
 			return nil, quarantined, nil
 		}
-		r, err := st.get(id)
+		r, err := st.Get(id)
 		if err == nil && !r.State.Settled() {
 			return r, quarantined, nil
 		}

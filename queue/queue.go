@@ -176,7 +176,7 @@ func (o Options) withDefaults() (Options, error) {
 // owns the records, their lanes and the schedule of due lanes. Lock order:
 // Queue.mu before the store's mutex, never the other way.
 type Queue struct {
-	st   store
+	st   Store
 	opts Options
 	h    horizon
 
@@ -235,6 +235,26 @@ func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newQueue(st, o), nil
+}
+
+// New returns a Queue over st, a store other than Open's bbolt file, such as
+// package pgqueue's. The Queue owns st from then on and closes it in Close.
+// The options that concern a file (LockTimeout, ReadOnly's file rules) are
+// the store's to honour; the rest mean what they mean for Open.
+func New(st Store, opts Options) (*Queue, error) {
+	if st == nil {
+		return nil, fmt.Errorf("%w: nil Store", ErrInvalidOptions)
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newQueue(st, o), nil
+}
+
+// newQueue returns a Queue over st with o, whose defaults are set.
+func newQueue(st Store, o Options) *Queue {
 	return &Queue{
 		st: st, opts: o,
 		h: horizon{
@@ -244,7 +264,7 @@ func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
 		waiters: map[ID][]chan *Record{},
 		kick:    make(chan struct{}, 1),
 		shut:    make(chan struct{}),
-	}, nil
+	}
 }
 
 // Close stops Run, waits for the attempts under way to be recorded, then
@@ -275,7 +295,7 @@ func (q *Queue) Close() error {
 	if q.inNotify() {
 		go func() {
 			if err := q.finishClose(); err != nil {
-				q.notify(Event{Kind: EventError, Err: err})
+				q.report(err)
 			}
 		}()
 		return nil
@@ -298,7 +318,7 @@ func (q *Queue) finishClose() error {
 		delete(q.waiters, id)
 	}
 	q.mu.Unlock()
-	return q.st.close()
+	return q.st.Close()
 }
 
 // inNotify reports whether the calling goroutine is inside this queue's
@@ -333,8 +353,9 @@ func (q *Queue) inNotify() bool {
 	}
 }
 
-// Path returns the file's path.
-func (q *Queue) Path() string { return q.st.location() }
+// Path returns where the records are kept: the file's path, or what the
+// store names its place.
+func (q *Queue) Path() string { return q.st.Location() }
 
 func (q *Queue) isClosing() bool {
 	q.mu.Lock()

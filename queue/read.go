@@ -13,10 +13,10 @@ import (
 )
 
 // Get returns record id, or ErrNotFound.
-func (q *Queue) Get(id ID) (*Record, error) { return q.st.get(id) }
+func (q *Queue) Get(id ID) (*Record, error) { return q.st.Get(id) }
 
-// get returns record id, or ErrNotFound.
-func (st *boltStore) get(id ID) (*Record, error) {
+// Get returns record id, or ErrNotFound.
+func (st *boltStore) Get(id ID) (*Record, error) {
 	var r *Record
 	err := st.guard(func() error {
 		return st.db.View(func(tx *bolt.Tx) error {
@@ -44,11 +44,11 @@ func (q *Queue) List(s State, after ID, limit int) ([]*Record, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("queue: List: limit %d, want at least 1", limit)
 	}
-	return q.st.list(s, after, limit)
+	return q.st.List(s, after, limit)
 }
 
-// list is List once its arguments are checked.
-func (st *boltStore) list(s State, after ID, limit int) ([]*Record, error) {
+// List is List once its arguments are checked.
+func (st *boltStore) List(s State, after ID, limit int) ([]*Record, error) {
 	var out []*Record
 	err := st.guard(func() error {
 		return st.db.View(func(tx *bolt.Tx) error {
@@ -79,18 +79,18 @@ func (q *Queue) Counts() (map[State]int, error) {
 	if q.isClosed() {
 		return nil, ErrClosed
 	}
-	return q.st.counts(), nil
+	return q.st.Counts()
 }
 
-// counts returns how many records are in each state.
-func (st *boltStore) counts() map[State]int {
+// Counts returns how many records are in each state.
+func (st *boltStore) Counts() (map[State]int, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := make(map[State]int, 5)
 	for _, s := range states() {
 		out[s] = st.idx.counts[s]
 	}
-	return out
+	return out, nil
 }
 
 // Wait returns record id once it is settled (done, failed or expired), or
@@ -117,19 +117,39 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 	if r.State.Settled() {
 		return r, nil
 	}
-	select {
-	case r, ok := <-ch:
-		switch {
-		case !ok:
-			return nil, ErrClosed
-		case r == nil: // see discarded
-			return nil, fmt.Errorf("%w: %d", ErrDiscarded, id)
+	var poll <-chan time.Time
+	if q.st.Wakeups() != nil { // a shared store: another process may settle it
+		t := time.NewTicker(sharedWaitPoll)
+		defer t.Stop()
+		poll = t.C
+	}
+	for {
+		select {
+		case r, ok := <-ch:
+			switch {
+			case !ok:
+				return nil, ErrClosed
+			case r == nil: // see discarded
+				return nil, fmt.Errorf("%w: %d", ErrDiscarded, id)
+			}
+			return r, nil
+		case <-poll:
+			r, err := q.Get(id)
+			if errors.Is(err, ErrNotFound) {
+				return nil, fmt.Errorf("%w: %d", ErrDiscarded, id)
+			}
+			if err != nil || r.State.Settled() {
+				return r, err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		return r, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
+
+// sharedWaitPoll is how often Wait reads a record of a shared store, which
+// another process may settle.
+const sharedWaitPoll = 100 * time.Millisecond
 
 func (q *Queue) unwait(id ID, ch chan *Record) {
 	q.mu.Lock()
@@ -157,7 +177,7 @@ func (q *Queue) Discard(id ID) error {
 	if q.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	if err := q.st.discard(id); err != nil {
+	if err := q.st.Discard(id); err != nil {
 		return err
 	}
 	q.mu.Lock()
@@ -166,8 +186,8 @@ func (q *Queue) Discard(id ID) error {
 	return nil
 }
 
-// discard removes record id unless it is in flight.
-func (st *boltStore) discard(id ID) error {
+// Discard removes record id unless it is in flight.
+func (st *boltStore) Discard(id ID) error {
 	var (
 		r    *Record
 		size int
@@ -262,16 +282,16 @@ func resubmittable(r *Record) error {
 // OldestPending returns how long the oldest unsettled record has waited
 // since it was enqueued; 0 for an empty queue.
 func (q *Queue) OldestPending() (time.Duration, error) {
-	enqueued, err := q.st.oldestUnsettled()
+	enqueued, err := q.st.OldestUnsettled()
 	if err != nil || enqueued.IsZero() {
 		return 0, err
 	}
-	return max(q.opts.now().Sub(enqueued), 0), nil
+	return max(q.st.Now().Sub(enqueued), 0), nil
 }
 
-// oldestUnsettled returns when the oldest unsettled record was enqueued; the
+// OldestUnsettled returns when the oldest unsettled record was enqueued; the
 // zero Time when there is none.
-func (st *boltStore) oldestUnsettled() (time.Time, error) {
+func (st *boltStore) OldestUnsettled() (time.Time, error) {
 	st.mu.Lock()
 	heads := make([]ID, 0, len(st.idx.lanes))
 	for _, l := range st.idx.lanes {
@@ -284,7 +304,7 @@ func (st *boltStore) oldestUnsettled() (time.Time, error) {
 		return time.Time{}, nil
 	}
 	// IDs grow in enqueue order: the oldest record is the smallest head.
-	r, err := st.get(slices.Min(heads))
+	r, err := st.Get(slices.Min(heads))
 	if errors.Is(err, ErrNotFound) {
 		return time.Time{}, nil // settled meanwhile
 	}

@@ -30,7 +30,7 @@ func TestReadOnly(t *testing.T) {
 	r, err := q.Get(ids[0])
 	require.NoError(t, err)
 	r.State, r.NumAttempts = InFlight, 1 // as a crash mid-attempt leaves it
-	require.NoError(t, q.st.commit(Pending, r))
+	require.NoError(t, q.st.Commit(Pending, r))
 	require.NoError(t, q.Close())
 	before := fileSum(t, path)
 

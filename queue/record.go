@@ -235,6 +235,23 @@ func resultSize(r *Response) int {
 	return n
 }
 
+// MarshalBinary returns the binary form of r that a Store keeps: versioned,
+// sealed with a CRC-32C, and holding all the record knows, the drainer's
+// own marks included.
+func (r *Record) MarshalBinary() ([]byte, error) { return r.encode() }
+
+// UnmarshalBinary sets r from data written by MarshalBinary. Damaged data,
+// or data of an unknown version, gives an error wrapping ErrDamaged and
+// leaves r as it was.
+func (r *Record) UnmarshalBinary(data []byte) error {
+	d, err := decodeRecord(data)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
+	*r = *d
+	return nil
+}
+
 // errCorrupt is wrapped by every decoding error.
 var errCorrupt = errors.New("damaged record")
 

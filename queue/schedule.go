@@ -13,12 +13,15 @@ import (
 // once. Retry-After waits the server asked for still hold.
 func (q *Queue) Wake() {
 	q.mu.Lock()
-	now := q.opts.now()
+	now := q.st.Now()
 	q.woken = now
 	wasOffline := q.offline.on
 	q.offline = offlineState{}
-	q.st.wake(now)
+	err := q.st.Wake(now)
 	q.mu.Unlock()
+	if err != nil {
+		q.report(err)
+	}
 	if wasOffline {
 		q.notify(Event{Kind: EventOnline})
 	}
@@ -54,34 +57,34 @@ func (q *Queue) Run(ctx context.Context) error {
 		q.draining.Done()
 	}()
 
-	for _, r := range q.st.takeDamaged() { // found damaged by Open: reported once
+	for _, r := range q.st.TakeDamaged() { // found damaged by Open: reported once
 		q.notify(Event{Kind: EventSettled, Record: r})
 	}
 
 	free := q.opts.Workers
 	done := make(chan string, q.opts.Workers) // lanes whose worker is done
-	lastSweep := q.opts.now()
+	lastSweep := q.st.Now()
 	for {
 		for drained := false; !drained; { // collect finished workers
 			select {
 			case l := <-done:
 				free++
-				q.st.release(l)
+				q.st.Release(l)
 			default:
 				drained = true
 			}
 		}
 		if ctx.Err() != nil || q.isClosing() {
 			for ; free < q.opts.Workers; free++ {
-				q.st.release(<-done)
+				q.st.Release(<-done)
 			}
 			return nil
 		}
-		now := q.opts.now()
+		now := q.st.Now()
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now
-			if err := q.st.guardedSweep(now); err != nil {
-				q.notify(Event{Kind: EventError, Err: err})
+			if err := q.st.Sweep(now); err != nil {
+				q.report(err)
 			}
 		}
 		l, got, wait := q.dispatch(now, free)
@@ -99,9 +102,10 @@ func (q *Queue) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-q.kick:
+		case <-q.st.Wakeups(): // nil, never ready, for a store of one process
 		case l := <-done:
 			free++
-			q.st.release(l)
+			q.st.Release(l)
 		case <-t.C:
 		}
 		t.Stop()
@@ -125,9 +129,13 @@ func (q *Queue) dispatch(now time.Time, free int) (string, bool, time.Duration) 
 			return "", false, d
 		}
 	}
-	l, got, d, ok := q.st.takeDue(now)
+	l, got, d, err := q.st.TakeDue(now)
+	if err != nil {
+		q.report(err)
+		return "", false, wait
+	}
 	if !got {
-		if ok {
+		if d > 0 {
 			wait = d
 		}
 		return "", false, wait
@@ -141,19 +149,22 @@ func (q *Queue) dispatch(now time.Time, free int) (string, bool, time.Duration) 
 // work makes at most one attempt for the head of lane l, or settles it
 // without one, then sets when the lane is next due.
 func (q *Queue) work(ctx context.Context, l string) {
-	now := q.opts.now()
+	now := q.st.Now()
 	next, err := q.workHead(ctx, l, now)
 	switch {
-	case errors.Is(err, errMovedOn): // discarded by an operator meanwhile: next head
+	case errors.Is(err, ErrMovedOn): // discarded, or the lane taken over: next head
+		q.notify(Event{Kind: EventMovedOn, Err: err})
 		next = now
 	case err != nil:
-		q.notify(Event{Kind: EventError, Err: err})
+		q.report(err)
 		next = now.Add(q.opts.Policy.BaseDelay)
 	}
 	q.mu.Lock()
 	q.offline.probing = false // a probe that made no attempt is over too
 	q.mu.Unlock()
-	q.st.setNext(l, next)
+	if err := q.st.SetNext(l, next); err != nil {
+		q.report(err)
+	}
 }
 
 // observe feeds an attempt's class to offline detection. A request that
@@ -178,10 +189,10 @@ func (q *Queue) observe(c idem.Class) {
 		switch {
 		case o.on:
 			o.delay = min(2*o.delay, offlineMaxDelay)
-			o.until = q.opts.now().Add(o.delay)
+			o.until = q.st.Now().Add(o.delay)
 		case o.streak >= offlineAfter:
 			o.on, o.delay = true, offlineFirst
-			o.until = q.opts.now().Add(o.delay)
+			o.until = q.st.Now().Add(o.delay)
 			ev = EventOffline
 		}
 	}

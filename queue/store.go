@@ -16,59 +16,88 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// store keeps a Queue's records, their lanes and the schedule of due lanes:
-// the drainer, horizon, backoff, events and waiters are the Queue's, written
-// once over it. A store never calls back into the Queue: it returns what the
-// Queue must report. Its methods are safe for concurrent use; the Queue
-// calls takeDue, wake and rejudge with its own mutex held.
-type store interface {
-	// insert stores r, a new pending record, and returns its ID; a record
+// Store keeps a Queue's records, their lanes and the schedule of due lanes.
+// The Queue is written once over it: the drainer, the horizon, backoff and
+// Retry-After, 401 handling, offline detection, events and waiters are the
+// Queue's, whatever keeps the records. Open uses a store in one bbolt file;
+// New takes any other, such as package pgqueue's, which keeps the records in
+// PostgreSQL for several replicas at once.
+//
+// A store never calls back into the Queue: it returns what the Queue must
+// report. Its methods are safe for concurrent use; the Queue calls TakeDue,
+// Wake and Rejudge with its own mutex held. What a store must keep is one
+// test suite that every store runs.
+type Store interface {
+	// Now reads the clock that every time in a record is written by: the
+	// local clock for a store of one process, the database's for a store
+	// shared by several.
+	Now() time.Time
+	// Insert stores r, a new pending record, and returns its ID; a record
 	// holding r's supplied key for the same operation gives that record's
-	// ID instead, another operation ErrKeyInUse.
-	insert(r *Record) (ID, error)
-	// resubmit is insert for the copy of record old, which it marks as
-	// resubmitted in the same commit; ErrNotResubmittable if it was already.
-	resubmit(r *Record, old ID) (ID, error)
-	get(id ID) (*Record, error)
-	list(s State, after ID, limit int) ([]*Record, error)
-	counts() map[State]int
-	// discard removes record id unless it is in flight (ErrInFlight).
-	discard(id ID) error
-	// oldestUnsettled returns when the oldest unsettled record was
+	// ID instead, another operation ErrKeyInUse. Past the store's limits it
+	// gives ErrQueueFull.
+	Insert(r *Record) (ID, error)
+	// Resubmit is Insert for the copy of record old, which it marks as
+	// resubmitted (Record.ResubmittedAs) in the same commit;
+	// ErrNotResubmittable if it was already.
+	Resubmit(r *Record, old ID) (ID, error)
+	// Get returns record id, or ErrNotFound.
+	Get(id ID) (*Record, error)
+	// List returns up to limit records in state s with IDs above after, in
+	// ID order.
+	List(s State, after ID, limit int) ([]*Record, error)
+	// Counts counts the records in each state.
+	Counts() (map[State]int, error)
+	// Discard removes record id unless it is in flight (ErrInFlight).
+	Discard(id ID) error
+	// OldestUnsettled returns when the oldest unsettled record was
 	// enqueued; the zero Time for none.
-	oldestUnsettled() (time.Time, error)
+	OldestUnsettled() (time.Time, error)
 
-	// takeDue takes the lane whose head is due first for a worker (got), or
-	// says how long until one is due (ok false: none waits).
-	takeDue(now time.Time) (name string, got bool, wait time.Duration, ok bool)
-	// setNext sets when the head of a lane a worker holds is next due;
-	// release gives the lane back to the schedule.
-	setNext(name string, next time.Time)
-	release(name string)
-	// hold keeps a lane out of the schedule until wake, which also makes
-	// every idle lane due at now; rejudge makes every idle, unheld lane due.
-	hold(name string)
-	wake(now time.Time)
-	rejudge(now time.Time)
-	// head returns the first unsettled record of a lane, and the damaged
-	// records it quarantined on the way, for the Queue to report.
-	head(name string) (*Record, []*Record, error)
-	// lease commits r in flight for one attempt (see boltStore.lease);
-	// commit stores r over its stored self, which must still be in state
-	// old, or returns errMovedOn.
-	lease(r *Record, now time.Time) error
-	commit(old State, r *Record) error
-	// mark and resetMark read and replace the clock's high-water mark.
-	mark() time.Time
-	resetMark(now time.Time) (time.Time, error)
-	// takeDamaged returns, once, the records found damaged when the store
+	// TakeDue takes the lane whose head is due first for a worker of this
+	// Queue (got), or says how long until one is due; wait is 0 when none
+	// waits. A lane is taken by one worker at a time, in every process
+	// sharing the store.
+	TakeDue(now time.Time) (lane string, got bool, wait time.Duration, err error)
+	// SetNext sets when the head of a lane a worker took is next due, and
+	// gives the lane back to other processes; Release then gives it back to
+	// this Queue's schedule.
+	SetNext(lane string, next time.Time) error
+	Release(lane string)
+	// Hold keeps a lane out of the schedule until Wake, which also makes
+	// every idle lane due at now; Rejudge makes every idle, unheld lane due.
+	Hold(lane string) error
+	Wake(now time.Time) error
+	Rejudge(now time.Time) error
+	// Wakeups, if not nil, receives when another process made work due:
+	// an enqueue, a Wake. A store of one process returns nil.
+	Wakeups() <-chan struct{}
+	// Head returns the first unsettled record of a taken lane, in the
+	// lane's order, and the damaged records it quarantined on the way, for
+	// the Queue to report.
+	Head(lane string) (*Record, []*Record, error)
+	// Lease stores r, which the Queue has marked in flight for one attempt,
+	// over its stored self, which must still be pending; Commit stores r
+	// over its stored self, which must still be in state old. Both return
+	// an error wrapping ErrMovedOn when the stored record changed
+	// meanwhile (an operator's Discard, a takeover of the lane by another
+	// process): the Queue drops what it holds and moves on.
+	Lease(r *Record) error
+	Commit(old State, r *Record) error
+	// Mark and ResetMark read and replace the clock's high-water mark (see
+	// Queue.ResetClock); a store on a shared server's clock keeps none:
+	// Mark returns the zero Time.
+	Mark() time.Time
+	ResetMark(now time.Time) (time.Time, error)
+	// TakeDamaged returns, once, the records found damaged when the store
 	// was opened.
-	takeDamaged() []*Record
-	// guardedSweep removes records settled Options.KeepSettled ago.
-	guardedSweep(now time.Time) error
-	// location names where the records are kept, such as a file's path.
-	location() string
-	close() error
+	TakeDamaged() []*Record
+	// Sweep removes records settled Options.KeepSettled ago.
+	Sweep(now time.Time) error
+	// Location names where the records are kept, such as a file's path.
+	Location() string
+	// Close releases the store; the Queue calls it once, from Close.
+	Close() error
 }
 
 // boltStore keeps a Queue's records in one bbolt file: the records, their
@@ -124,9 +153,9 @@ func openBolt(path string, o Options, lf *os.File) (*boltStore, error) {
 	return st, nil
 }
 
-// close waits for the operations under way, then closes the file and lets
+// Close waits for the operations under way, then closes the file and lets
 // go of its lock.
-func (st *boltStore) close() error {
+func (st *boltStore) Close() error {
 	st.life.Lock()
 	defer st.life.Unlock()
 	st.closed = true
@@ -163,11 +192,11 @@ func (st *boltStore) write(fn func(*bolt.Tx) error) error {
 	return st.db.Update(fn)
 }
 
-// location returns the file's path.
-func (st *boltStore) location() string { return st.path }
+// Location returns the file's path.
+func (st *boltStore) Location() string { return st.path }
 
-// takeDamaged returns the records Open quarantined, once.
-func (st *boltStore) takeDamaged() []*Record {
+// TakeDamaged returns the records Open quarantined, once.
+func (st *boltStore) TakeDamaged() []*Record {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	d := st.damaged
@@ -175,34 +204,28 @@ func (st *boltStore) takeDamaged() []*Record {
 	return d
 }
 
-// mark returns the clock's high-water mark.
-func (st *boltStore) mark() time.Time {
+// Mark returns the clock's high-water Mark.
+func (st *boltStore) Mark() time.Time {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.hwm
 }
 
-// lease marks r in flight and counts the attempt, setting FirstSentAt if
-// unset, before anything is sent: a crash after the send leaves the record
-// marked as possibly sent, which is the safe side. The clock's mark moves on
-// to now, in the same commit when it has moved far enough (see saveHWM).
-func (st *boltStore) lease(r *Record, now time.Time) error {
-	r.State = InFlight
-	r.NumAttempts++
-	r.LastAttemptAt = now
-	r.leaseSetFirstSent = r.FirstSentAt.IsZero()
-	if r.leaseSetFirstSent {
-		r.FirstSentAt = now
-	}
+// Now reads the local clock (Options' seam in tests).
+func (st *boltStore) Now() time.Time { return st.opts.now() }
+
+// Lease commits r in flight. The clock's mark moves on to the lease's time,
+// in the same commit when it has moved far enough (see saveHWM).
+func (st *boltStore) Lease(r *Record) error {
 	st.mu.Lock()
-	st.hwm = advanceMark(st.hwm, now)
+	st.hwm = advanceMark(st.hwm, r.LastAttemptAt)
 	st.mu.Unlock()
 	return st.commitWith(Pending, r, st.saveHWM)
 }
 
-// resetMark sets the clock's mark to now, in the file too, and returns the
+// ResetMark sets the clock's mark to now, in the file too, and returns the
 // mark it replaced.
-func (st *boltStore) resetMark(now time.Time) (time.Time, error) {
+func (st *boltStore) ResetMark(now time.Time) (time.Time, error) {
 	st.mu.Lock()
 	old := st.hwm
 	st.hwm = now
@@ -244,13 +267,14 @@ func (st *boltStore) saveHWM(b buckets) error {
 // hwmStep is how far the clock moves before its high-water mark is saved.
 const hwmStep = time.Minute
 
-// errMovedOn is returned by commit when the stored record is no longer in
-// the state its writer read, as after an operator's Discard.
-var errMovedOn = errors.New("queue: record changed meanwhile")
+// ErrMovedOn is returned by a Store's Lease and Commit when the stored record
+// is no longer as its writer read it: an operator discarded it, or another
+// process took its lane over after this one's lease ran out.
+var ErrMovedOn = errors.New("queue: record changed meanwhile")
 
-// commit stores r over its stored self, which must still be in state old,
+// Commit stores r over its stored self, which must still be in state old,
 // and updates the index.
-func (st *boltStore) commit(old State, r *Record) error { return st.commitWith(old, r, nil) }
+func (st *boltStore) Commit(old State, r *Record) error { return st.commitWith(old, r, nil) }
 
 // commitWith is commit, with also run in the same transaction.
 func (st *boltStore) commitWith(old State, r *Record, also func(buckets) error) error {
@@ -267,7 +291,7 @@ func (st *boltStore) commitWith(old State, r *Record, also func(buckets) error) 
 				return err
 			}
 			if !ok {
-				return fmt.Errorf("%w: record %d", errMovedOn, r.ID)
+				return fmt.Errorf("%w: record %d", ErrMovedOn, r.ID)
 			}
 			if also != nil {
 				return also(b)
@@ -275,7 +299,7 @@ func (st *boltStore) commitWith(old State, r *Record, also func(buckets) error) 
 			return nil
 		})
 	})
-	if errors.Is(err, errMovedOn) {
+	if errors.Is(err, ErrMovedOn) {
 		st.forget(r.lane(), r.ID)
 	}
 	if err != nil {

@@ -31,8 +31,8 @@ const (
 	compactFreeShare = 0.5
 )
 
-// guardedSweep is sweep for the running drainer, which races Close.
-func (st *boltStore) guardedSweep(now time.Time) error {
+// Sweep is sweep for the running drainer, which races Close.
+func (st *boltStore) Sweep(now time.Time) error {
 	return st.guard(func() error {
 		_, err := st.sweep(now)
 		return err
