@@ -1,0 +1,2 @@
+// Package pgqueue keeps an idem queue in PostgreSQL, shared by service replicas.
+package pgqueue
