@@ -1,0 +1,155 @@
+package pgqueue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/queue"
+)
+
+// querier runs a statement: a pool, a connection or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// EnqueueTx queues in within tx, the caller's transaction, and returns the
+// record's ID: the intent is queued if and only if tx commits, together
+// with whatever else tx writes (a transactional outbox). It adds one
+// statement to tx. Any replica's Queue from New drains it; the wake-up goes
+// out at commit, and none on rollback.
+//
+// It refuses what Enqueue refuses: a nil intent, a POST or PATCH without a
+// key (queue.ErrNeedsKey), and a supplied key already queued for another
+// operation (queue.ErrKeyInUse); the same operation under the same key gives
+// the record that holds it. The queue's tables must exist (Migrate).
+func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error) {
+	r, err := queue.NewRecord(in, time.Time{}) // due at once; the database sets the enqueue time
+	if err != nil {
+		return 0, err
+	}
+	return insert(ctx, tx, r)
+}
+
+// Insert stores r in a transaction of its own.
+func (st *store) Insert(r *queue.Record) (queue.ID, error) {
+	var id queue.ID
+	err := retry(func() error {
+		ctx, cancel := st.op()
+		defer cancel()
+		var err error
+		id, err = insert(ctx, st.pool, r)
+		return err
+	})
+	return id, wrapKeep(err)
+}
+
+// Resubmit stores r, a copy of record old, and marks old as resubmitted, in
+// one transaction that locks old first: of two resubmits at once, one
+// queues a copy.
+func (st *store) Resubmit(r *queue.Record, old queue.ID) (queue.ID, error) {
+	var id queue.ID
+	err := retry(func() error {
+		ctx, cancel := st.op()
+		defer cancel()
+		var err error
+		id, err = resubmit(ctx, st.pool, r, old)
+		return err
+	})
+	return id, wrapKeep(err)
+}
+
+func resubmit(ctx context.Context, db Beginner, r *queue.Record, old queue.ID) (queue.ID, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it does nothing
+	o, err := scanRecord(tx.QueryRow(ctx, "SELECT "+recordColumns+" FROM idem_queue_records WHERE id = $1 FOR UPDATE", int64(old)))
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, err
+	}
+	if o != nil && o.ResubmittedAs != 0 {
+		return 0, fmt.Errorf("%w: %d was resubmitted as %d", queue.ErrNotResubmittable, old, o.ResubmittedAs)
+	}
+	id, err := insert(ctx, tx, r)
+	if err != nil {
+		return 0, err
+	}
+	if o != nil { // not discarded meanwhile
+		o.ResubmittedAs = id
+		data, err := o.MarshalBinary()
+		if err != nil {
+			return 0, err
+		}
+		if _, err := tx.Exec(ctx, "UPDATE idem_queue_records SET record = $2 WHERE id = $1", int64(old), data); err != nil {
+			return 0, err
+		}
+	}
+	return id, tx.Commit(ctx)
+}
+
+// insert stores r, pending, and returns its ID; a supplied key already
+// held gives the holder's ID for the same operation, ErrKeyInUse for
+// another. The deferred trigger idem_queue_place gives r its place in its
+// lane and sends the wake-up when the transaction commits.
+func insert(ctx context.Context, db querier, r *queue.Record) (queue.ID, error) {
+	in := r.Intent
+	data, err := r.MarshalBinary()
+	if err != nil {
+		return 0, err
+	}
+	var key *string
+	if in.KeySupplied() {
+		k := in.Key()
+		key = &k
+	}
+	for range 3 { // a holder discarded between the two statements: again
+		var id int64
+		err := db.QueryRow(ctx, `INSERT INTO idem_queue_records (lane, state, key, record) VALUES ($1, 1, $2, $3)
+			ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING RETURNING id`, in.Lane(), key, data).Scan(&id)
+		if err == nil {
+			r.ID = queue.ID(id)
+			return r.ID, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, err
+		}
+		holder, err := scanRecord(db.QueryRow(ctx, "SELECT "+recordColumns+" FROM idem_queue_records WHERE key = $1", key))
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		return sameOperation(holder, in)
+	}
+	return 0, fmt.Errorf("pgqueue: enqueue: key held and freed three times over")
+}
+
+// sameOperation returns holder's ID if it holds the operation in asks for,
+// ErrKeyInUse if another. The key and the URL's query may be secrets: the
+// error names the record instead.
+func sameOperation(holder *queue.Record, in *idem.Intent) (queue.ID, error) {
+	o := holder.Intent
+	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
+		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", queue.ErrKeyInUse, holder.ID, o.Method(), redact.RawURL(o.URL()))
+	}
+	return holder.ID, nil
+}
+
+// wrapKeep is wrap for errors the queue hands its caller as they are.
+func wrapKeep(err error) error {
+	for _, e := range []error{queue.ErrKeyInUse, queue.ErrNotResubmittable, queue.ErrDamaged} {
+		if errors.Is(err, e) {
+			return err
+		}
+	}
+	return wrap(err)
+}

@@ -1,0 +1,206 @@
+package pgqueue
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-go/idem/queue"
+)
+
+// TakeDue takes the lane that fell due first and is held by no live lease,
+// skipping lanes whose rows others have locked, and writes a fresh lease
+// token into it. With no lane to take it says how long until the next one is
+// due. Every call also measures the database's clock (see Now).
+func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
+	token := uuid.New()
+	var (
+		name    *string
+		next    *time.Time
+		db      time.Time
+		sent    = time.Now()
+		leaseUS = st.lease.Microseconds()
+	)
+	err := retry(func() error {
+		ctx, cancel := st.op()
+		defer cancel()
+		return st.pool.QueryRow(ctx, `WITH c AS (
+				SELECT name FROM idem_queue_lanes
+				WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now())
+				ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED
+			), t AS (
+				UPDATE idem_queue_lanes l SET owner = $1, lease_until = now() + $2 * interval '1 microsecond'
+				FROM c WHERE l.name = c.name RETURNING l.name
+			)
+			SELECT (SELECT name FROM t),
+				(SELECT next_at FROM idem_queue_lanes
+					WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at < 'infinity'
+					ORDER BY next_at LIMIT 1),
+				clock_timestamp()`, token, leaseUS).Scan(&name, &next, &db)
+	})
+	if err != nil {
+		return "", false, 0, wrap(err)
+	}
+	st.measure(sent, time.Now(), db)
+	if name == nil {
+		var wait time.Duration
+		if next != nil {
+			wait = max(next.Sub(db), time.Millisecond)
+		}
+		return "", false, wait, nil
+	}
+	st.mu.Lock()
+	st.owned[*name] = taken{token: token}
+	st.mu.Unlock()
+	return *name, true, 0, nil
+}
+
+// owner returns this replica's token for a lane it took.
+func (st *store) owner(lane string) (taken, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t, ok := st.owned[lane]
+	return t, ok
+}
+
+// Head returns the first unsettled record of a lane this replica holds, in
+// commit order, and remembers the lane's last position so that SetNext can
+// tell whether a record came meanwhile.
+func (st *store) Head(lane string) (*queue.Record, []*queue.Record, error) {
+	t, ok := st.owner(lane)
+	if !ok {
+		return nil, nil, nil
+	}
+	ctx, cancel := st.op()
+	defer cancel()
+	var (
+		tail     int64
+		id       *int64
+		enqueued *time.Time
+		data     []byte
+	)
+	err := st.pool.QueryRow(ctx, `SELECT l.tail, r.id, r.enqueued_at, r.record FROM idem_queue_lanes l
+		LEFT JOIN LATERAL (
+			SELECT id, enqueued_at, record FROM idem_queue_records
+			WHERE lane = l.name AND state <= 2 ORDER BY pos LIMIT 1
+		) r ON true
+		WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&tail, &id, &enqueued, &data)
+	if errors.Is(err, pgx.ErrNoRows) { // taken over: not this replica's lane now
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, wrap(err)
+	}
+	t.tail, t.empty = tail, id == nil
+	st.mu.Lock()
+	st.owned[lane] = t
+	st.mu.Unlock()
+	if id == nil {
+		return nil, nil, nil
+	}
+	r, err := decode(*id, *enqueued, data)
+	return r, nil, err
+}
+
+// Lease stores r in flight and renews the lane's lease for its attempt, if
+// the lane is still this replica's and r still pending.
+func (st *store) Lease(r *queue.Record) error {
+	return st.write(queue.Pending, r, true)
+}
+
+// Commit stores r over its stored self in state old, if the lane is still
+// this replica's.
+func (st *store) Commit(old queue.State, r *queue.Record) error {
+	return st.write(old, r, false)
+}
+
+// write is Lease (renew) and Commit. The lane row is locked and its token
+// checked in the statement that writes the record: a takeover, which writes
+// the row, either comes before (the token differs: nothing is written) or
+// waits until this write commits.
+func (st *store) write(old queue.State, r *queue.Record, renew bool) error {
+	lane := r.Intent.Lane()
+	t, ok := st.owner(lane)
+	if !ok {
+		return fmt.Errorf("%w: record %d: lane %q is not held", queue.ErrMovedOn, r.ID, lane)
+	}
+	data, err := r.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	var settled *time.Time
+	if r.State.Settled() {
+		settled = &r.SettledAt
+	}
+	args := []any{int64(r.ID), int16(r.State), data, settled, lane, t.token, int16(old)}
+	lock := `SELECT name FROM idem_queue_lanes WHERE name = $5 AND owner = $6 FOR UPDATE`
+	if renew {
+		lock = `UPDATE idem_queue_lanes SET lease_until = now() + $8 * interval '1 microsecond'
+			WHERE name = $5 AND owner = $6 RETURNING name`
+		args = append(args, st.lease.Microseconds())
+	}
+	n, err := st.exec(`WITH l AS (`+lock+`)
+		UPDATE idem_queue_records r SET state = $2, record = $3, settled_at = $4
+		FROM l WHERE r.id = $1 AND r.state = $7`, args...)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: record %d", queue.ErrMovedOn, r.ID)
+	}
+	return nil
+}
+
+// SetNext gives the lane back, due at next; an empty lane whose last
+// position has not moved since Head looked is parked at 'infinity' until a
+// producer's commit makes it due again (see the trigger idem_queue_place).
+// The position is checked in the row being written, so a producer's commit
+// racing this write is never missed.
+func (st *store) SetNext(lane string, next time.Time) error {
+	t, ok := st.owner(lane)
+	if !ok {
+		return nil
+	}
+	st.mu.Lock()
+	delete(st.owned, lane)
+	st.mu.Unlock()
+	_, err := st.exec(`UPDATE idem_queue_lanes
+		SET next_at = CASE WHEN $3 AND tail = $4 THEN 'infinity'::timestamptz ELSE $5::timestamptz END, owner = NULL, lease_until = NULL
+		WHERE name = $1 AND owner = $2`, lane, t.token, t.empty, t.tail, next)
+	return err
+}
+
+// Release does nothing: SetNext gave the lane back.
+func (st *store) Release(string) {}
+
+// Hold keeps a lane this replica holds out of every replica's schedule
+// until Wake.
+func (st *store) Hold(lane string) error {
+	t, ok := st.owner(lane)
+	if !ok {
+		return nil
+	}
+	_, err := st.exec("UPDATE idem_queue_lanes SET held = true WHERE name = $1 AND owner = $2", lane, t.token)
+	return err
+}
+
+// Wake ends every hold and makes every lane with records that no replica
+// holds due now, and wakes the other replicas.
+func (st *store) Wake(time.Time) error {
+	_, err := st.exec(`WITH w AS (
+			UPDATE idem_queue_lanes SET held = false, next_at = now()
+			WHERE next_at <> 'infinity' AND (held OR (owner IS NULL AND next_at > now()))
+		)
+		SELECT pg_notify('idem_queue', '')`)
+	return err
+}
+
+// Rejudge makes every lane with records that no replica holds due now.
+func (st *store) Rejudge(time.Time) error {
+	_, err := st.exec(`UPDATE idem_queue_lanes SET next_at = now()
+		WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at <> 'infinity'`)
+	return err
+}

@@ -1,0 +1,102 @@
+package pgqueue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-go/idem/queue"
+)
+
+// Options configure New: the queue's own options, and how replicas share it.
+type Options struct {
+	// Options are the queue's, with the meaning they have for a bbolt
+	// queue, but for those that concern a file (LockTimeout) or limits the
+	// database keeps instead (MaxItems and MaxBytes are not enforced: watch
+	// the table as any other). ReadOnly opens the queue to read it, as an
+	// operator's tool does; Run and every write then give queue.ErrReadOnly.
+	queue.Options
+	// LeaseMargin is added to Policy.AttemptTimeout to make how long a
+	// replica holds a lane it took: after that another replica may take
+	// the lane over, so a replica that died frees its lanes then. 0 means
+	// DefaultLeaseMargin.
+	LeaseMargin time.Duration
+	// NoListen, for connection poolers that cannot LISTEN (PgBouncer in
+	// transaction mode), makes the drainer look for due lanes once a second
+	// instead of being woken by each enqueue's notification.
+	NoListen bool
+}
+
+// DefaultLeaseMargin is the default Options.LeaseMargin.
+const DefaultLeaseMargin = 10 * time.Second
+
+// New returns a Queue whose records are in pool's database, shared with
+// every other replica that opens it there. Run drains it: lanes are taken
+// one worker at a time across all replicas, in commit order within a lane
+// (see the package doc). Its tables must exist: call Migrate first. The
+// pool stays the caller's; the Queue holds one of its connections for
+// LISTEN unless Options.NoListen, and Close releases it.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*queue.Queue, error) {
+	st, err := open(ctx, pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	q, err := queue.New(st, opts.Options)
+	if err != nil {
+		st.cancel()
+		return nil, err
+	}
+	if opts.NoListen || opts.ReadOnly {
+		close(st.done)
+	} else {
+		go st.listen()
+	}
+	return q, nil
+}
+
+// open checks the tables' version and returns a store on them, its listener
+// not started.
+func open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", queue.ErrInvalidOptions)
+	}
+	if opts.LeaseMargin < 0 {
+		return nil, fmt.Errorf("%w: LeaseMargin is negative (%v)", queue.ErrInvalidOptions, opts.LeaseMargin)
+	}
+	if opts.LeaseMargin == 0 {
+		opts.LeaseMargin = DefaultLeaseMargin
+	}
+	timeout := opts.Policy.AttemptTimeout
+	if timeout <= 0 {
+		timeout = queue.DefaultPolicy().AttemptTimeout
+	}
+	var version int
+	if err := pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM idem_queue_migrations").Scan(&version); err != nil {
+		return nil, fmt.Errorf("pgqueue: the queue's tables are not there (call Migrate first): %w", err)
+	}
+	if want := len(must(migrationSteps())); version != want {
+		return nil, fmt.Errorf("pgqueue: the queue's tables are at version %d, this package needs %d: call Migrate", version, want)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	st := &store{
+		pool: pool, opts: opts, lease: timeout + opts.LeaseMargin,
+		wake: make(chan struct{}, 1), owned: map[string]taken{},
+		ctx: sctx, cancel: cancel, done: make(chan struct{}),
+	}
+	if err := st.measureNow(ctx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("pgqueue: %w", err)
+	}
+	return st, nil
+}
+
+// must returns v, or panics with err: for the embedded migrations, which
+// Migrate has read already.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -1,0 +1,292 @@
+package pgqueue_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/pgqueue"
+	"github.com/idem-go/idem/queue"
+)
+
+// fast is a policy of quick retries, for tests.
+func fast() idem.Policy {
+	return idem.Policy{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, AttemptTimeout: 2 * time.Second}
+}
+
+// paths is a server that answers 201 and records the paths it was sent.
+type paths struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []string
+}
+
+func newPaths(t *testing.T) *paths {
+	p := &paths{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.seen = append(p.seen, r.URL.Path)
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *paths) got() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.seen...)
+}
+
+// run drains q until the test ends.
+func run(t *testing.T, q *queue.Queue) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+}
+
+func waitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func post(t *testing.T, url string, opts ...idem.IntentOption) *idem.Intent {
+	in, err := idem.NewIntent("POST", url, []byte("{}"), opts...)
+	require.NoError(t, err)
+	return in
+}
+
+// businessTable makes the table a service writes its own rows to.
+func businessTable(t *testing.T, pool *pgxpool.Pool) {
+	_, err := pool.Exec(context.Background(), "CREATE TABLE orders (id text PRIMARY KEY, total int NOT NULL)")
+	require.NoError(t, err)
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// TestEnqueueTxCommit: the order row and its intent commit together, and a
+// running queue sends the intent.
+func TestEnqueueTxCommit(t *testing.T) {
+	pool := migrated(t)
+	businessTable(t, pool)
+	srv := newPaths(t)
+	q := open(t, pool, pgqueue.Options{Options: queue.Options{Policy: fast()}})
+	run(t, q)
+	ctx := waitCtx(t)
+
+	var id queue.ID
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ('o-1', 4200)"); err != nil {
+			return err
+		}
+		var err error
+		id, err = pgqueue.EnqueueTx(ctx, tx, post(t, srv.URL+"/payments/o-1", idem.WithKey("order-o-1")))
+		return err
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 1, countRows(t, pool, "SELECT count(*) FROM orders"))
+	r, err := q.Wait(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, queue.Done, r.State)
+	assert.Equal(t, "order-o-1", r.Intent.Key())
+	assert.Equal(t, []string{"/payments/o-1"}, srv.got())
+}
+
+// TestEnqueueTxRollback: a rolled back transaction leaves neither the order
+// nor its intent, and sends nothing.
+func TestEnqueueTxRollback(t *testing.T) {
+	pool := migrated(t)
+	businessTable(t, pool)
+	srv := newPaths(t)
+	q := open(t, pool, pgqueue.Options{Options: queue.Options{Policy: fast()}})
+	run(t, q)
+	ctx := waitCtx(t)
+
+	errOutOfStock := errors.New("out of stock")
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ('o-2', 100)"); err != nil {
+			return err
+		}
+		if _, err := pgqueue.EnqueueTx(ctx, tx, post(t, srv.URL+"/payments/o-2", idem.WithKey("order-o-2"))); err != nil {
+			return err
+		}
+		return errOutOfStock
+	})
+	require.ErrorIs(t, err, errOutOfStock)
+	assert.Equal(t, 0, countRows(t, pool, "SELECT count(*) FROM orders"))
+	assert.Equal(t, 0, countRows(t, pool, "SELECT count(*) FROM idem_queue_records"))
+	assert.Equal(t, 0, countRows(t, pool, "SELECT count(*) FROM idem_queue_lanes"), "no lane made for a rolled back intent")
+	time.Sleep(300 * time.Millisecond)
+	assert.Empty(t, srv.got())
+}
+
+// TestEnqueueTxNotifiesAtCommit: the wake-up goes out when the transaction
+// commits, not when EnqueueTx runs, and not at all on rollback.
+func TestEnqueueTxNotifiesAtCommit(t *testing.T) {
+	pool := migrated(t)
+	ctx := waitCtx(t)
+	listener, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, "LISTEN idem_queue")
+	require.NoError(t, err)
+	heard := func() bool {
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := listener.Conn().WaitForNotification(wctx)
+		return err == nil
+	}
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = pgqueue.EnqueueTx(ctx, tx, post(t, "http://127.0.0.1:1/a", idem.WithKey("k-rollback")))
+	require.NoError(t, err)
+	assert.False(t, heard(), "nothing before commit")
+	require.NoError(t, tx.Rollback(ctx))
+	assert.False(t, heard(), "nothing on rollback")
+
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = pgqueue.EnqueueTx(ctx, tx, post(t, "http://127.0.0.1:1/a", idem.WithKey("k-commit")))
+	require.NoError(t, err)
+	assert.False(t, heard(), "nothing before commit")
+	require.NoError(t, tx.Commit(ctx))
+	assert.True(t, heard(), "a wake-up at commit")
+}
+
+// TestEnqueueTxChecks: EnqueueTx refuses what Enqueue refuses, and dedupes
+// a supplied key as Enqueue does.
+func TestEnqueueTxChecks(t *testing.T) {
+	pool := migrated(t)
+	ctx := waitCtx(t)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+
+	_, err = pgqueue.EnqueueTx(ctx, tx, nil)
+	assert.ErrorIs(t, err, idem.ErrInvalidIntent)
+	_, err = pgqueue.EnqueueTx(ctx, tx, post(t, "http://127.0.0.1:1/a", idem.WithoutKey()))
+	assert.ErrorIs(t, err, queue.ErrNeedsKey)
+
+	first, err := pgqueue.EnqueueTx(ctx, tx, post(t, "http://127.0.0.1:1/a", idem.WithKey("k")))
+	require.NoError(t, err)
+	again, err := pgqueue.EnqueueTx(ctx, tx, post(t, "http://127.0.0.1:1/a", idem.WithKey("k")))
+	require.NoError(t, err)
+	assert.Equal(t, first, again, "the same operation under its key is the same record")
+	_, err = pgqueue.EnqueueTx(ctx, tx, post(t, "http://127.0.0.1:1/other", idem.WithKey("k")))
+	assert.ErrorIs(t, err, queue.ErrKeyInUse)
+	assert.NotContains(t, err.Error(), `"k"`, "the key is not in the error")
+}
+
+// TestLaneOrderIsCommitOrder: two producers of one lane commit in the other
+// order than they enqueued: the lane sends in commit order.
+func TestLaneOrderIsCommitOrder(t *testing.T) {
+	pool := migrated(t)
+	srv := newPaths(t)
+	ctx := waitCtx(t)
+
+	early, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	earlyID, err := pgqueue.EnqueueTx(ctx, early, post(t, srv.URL+"/first-enqueued", idem.WithLane("acct")))
+	require.NoError(t, err)
+	late, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	lateID, err := pgqueue.EnqueueTx(ctx, late, post(t, srv.URL+"/first-committed", idem.WithLane("acct")))
+	require.NoError(t, err)
+	require.Less(t, earlyID, lateID, "IDs follow enqueue order")
+	require.NoError(t, late.Commit(ctx))
+	require.NoError(t, early.Commit(ctx))
+
+	q := open(t, pool, pgqueue.Options{Options: queue.Options{Policy: fast()}})
+	run(t, q)
+	for _, id := range []queue.ID{earlyID, lateID} {
+		r, err := q.Wait(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, queue.Done, r.State)
+	}
+	assert.Equal(t, []string{"/first-committed", "/first-enqueued"}, srv.got())
+}
+
+// TestWaitAcrossReplicas: a record one replica drains is seen settled by
+// Wait on another, which never ran.
+func TestWaitAcrossReplicas(t *testing.T) {
+	pool := migrated(t)
+	srv := newPaths(t)
+	ctx := waitCtx(t)
+	producer := open(t, pool, pgqueue.Options{Options: queue.Options{Policy: fast()}})
+	id, err := producer.Enqueue(ctx, post(t, srv.URL+"/x"))
+	require.NoError(t, err)
+
+	other, err := pgxpool.New(ctx, pool.Config().ConnString())
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	drainer := open(t, other, pgqueue.Options{Options: queue.Options{Policy: fast()}})
+	run(t, drainer)
+
+	r, err := producer.Wait(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, queue.Done, r.State)
+}
+
+// TestMigrate: Migrate is idempotent and safe from replicas starting at
+// once; New refuses tables missing or from another version.
+func TestMigrate(t *testing.T) {
+	ctx := waitCtx(t)
+	pool := unmigrated(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = pgqueue.Migrate(ctx, pool) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		assert.NoError(t, err)
+	}
+	assert.Equal(t, 1, countRows(t, pool, "SELECT count(*) FROM idem_queue_migrations"))
+	open(t, pool, pgqueue.Options{})
+
+	_, err := pool.Exec(ctx, "INSERT INTO idem_queue_migrations (version) VALUES (999)")
+	require.NoError(t, err)
+	assert.ErrorContains(t, pgqueue.Migrate(ctx, pool), "version 999")
+	_, err = pgqueue.New(ctx, pool, pgqueue.Options{})
+	assert.ErrorContains(t, err, "version 999")
+}
+
+// TestNewBeforeMigrate names the missing step.
+func TestNewBeforeMigrate(t *testing.T) {
+	pool := unmigrated(t)
+	_, err := pgqueue.New(context.Background(), pool, pgqueue.Options{})
+	assert.ErrorContains(t, err, "Migrate")
+	_, err = pgqueue.New(context.Background(), nil, pgqueue.Options{})
+	assert.ErrorIs(t, err, queue.ErrInvalidOptions)
+	_, err = pgqueue.New(context.Background(), pool, pgqueue.Options{LeaseMargin: -time.Second})
+	assert.ErrorIs(t, err, queue.ErrInvalidOptions)
+}
+
+// TestMigrationFiles: the SQL Migrate runs is there for other tools.
+func TestMigrationFiles(t *testing.T) {
+	b, err := fs.ReadFile(pgqueue.MigrationFiles(), "0001_queue.sql")
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "CREATE TABLE idem_queue_records")
+}
