@@ -96,8 +96,10 @@ func (st *boltStore) Counts() (map[State]int, error) {
 // Wait returns record id once it is settled (done, failed or expired), or
 // ctx's error. It returns at once for a settled record, ErrDiscarded if the
 // record is discarded while it waits, and ErrClosed if the queue closes.
+// A read-only queue waits only on a store shared with the processes that
+// drain it (ErrReadOnly otherwise: nothing would settle the record).
 func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
-	if q.opts.ReadOnly {
+	if q.opts.ReadOnly && q.st.Wakeups() == nil {
 		return nil, ErrReadOnly // no drainer will settle anything
 	}
 	ch := make(chan *Record, 1)
