@@ -24,8 +24,9 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		return now, err
 	}
 	if r.State == InFlight {
-		// This lane's last result commit failed: as after a crash, the
-		// attempt's end is unknown.
+		// This lane's last result commit failed, or the replica that
+		// held the lane died: as after a crash, the attempt's end is
+		// unknown.
 		orphaned(r)
 		if err := q.st.Commit(InFlight, r); err != nil {
 			return now, err
