@@ -18,7 +18,7 @@ import (
 // events between replicas that a whole queue makes only by chance.
 
 // testPool returns a pool on a fresh, migrated database.
-func testPool(t *testing.T) *pgxpool.Pool {
+func testPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
 	require.NoError(t, err)
