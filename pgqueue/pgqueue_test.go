@@ -85,15 +85,21 @@ func countRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
+// shop returns what a service has: a database with its orders table and
+// the queue's, a running queue on it, a server to pay at, and a context
+// bounding the test's waits.
+func shop(t *testing.T) (*pgxpool.Pool, *paths, *queue.Queue, context.Context) {
+	pool := migrated(t)
+	businessTable(t, pool)
+	q := open(t, pool, pgqueue.Options{Options: queue.Options{Policy: fast()}})
+	run(t, q)
+	return pool, newPaths(t), q, waitCtx(t)
+}
+
 // TestEnqueueTxCommit: the order row and its intent commit together, and a
 // running queue sends the intent.
 func TestEnqueueTxCommit(t *testing.T) {
-	pool := migrated(t)
-	businessTable(t, pool)
-	srv := newPaths(t)
-	q := open(t, pool, pgqueue.Options{Options: queue.Options{Policy: fast()}})
-	run(t, q)
-	ctx := waitCtx(t)
+	pool, srv, q, ctx := shop(t)
 
 	var id queue.ID
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -116,12 +122,7 @@ func TestEnqueueTxCommit(t *testing.T) {
 // TestEnqueueTxRollback: a rolled back transaction leaves neither the order
 // nor its intent, and sends nothing.
 func TestEnqueueTxRollback(t *testing.T) {
-	pool := migrated(t)
-	businessTable(t, pool)
-	srv := newPaths(t)
-	q := open(t, pool, pgqueue.Options{Options: queue.Options{Policy: fast()}})
-	run(t, q)
-	ctx := waitCtx(t)
+	pool, srv, _, ctx := shop(t) // the queue runs, and must find nothing to send
 
 	errOutOfStock := errors.New("out of stock")
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -49,8 +49,9 @@ func enqueue(t *testing.T, st *store, lane string) queue.ID {
 	return id
 }
 
-// take takes lane and returns its head, failing the test otherwise.
-func take(t *testing.T, st *store, lane string) *queue.Record {
+// takeHead takes the due lane, which must be lane, and returns its head:
+// nil for an empty lane.
+func takeHead(t *testing.T, st *store, lane string) *queue.Record {
 	t.Helper()
 	got, ok, _, err := st.TakeDue(time.Time{})
 	require.NoError(t, err)
@@ -58,6 +59,13 @@ func take(t *testing.T, st *store, lane string) *queue.Record {
 	require.Equal(t, lane, got)
 	r, _, err := st.Head(lane)
 	require.NoError(t, err)
+	return r
+}
+
+// take takes lane and returns its head, failing the test if it has none.
+func take(t *testing.T, st *store, lane string) *queue.Record {
+	t.Helper()
+	r := takeHead(t, st, lane)
 	require.NotNil(t, r, "lane %q has no head", lane)
 	return r
 }
@@ -74,13 +82,7 @@ func settle(t *testing.T, st *store, r *queue.Record) {
 // park takes lane, finds it empty and gives it back, as a drainer does.
 func park(t *testing.T, st *store, lane string) {
 	t.Helper()
-	got, ok, _, err := st.TakeDue(time.Time{})
-	require.NoError(t, err)
-	require.True(t, ok, "no lane due")
-	require.Equal(t, lane, got)
-	h, _, err := st.Head(lane)
-	require.NoError(t, err)
-	require.Nil(t, h)
+	require.Nil(t, takeHead(t, st, lane))
 	require.NoError(t, st.SetNext(lane, time.Time{}))
 }
 
@@ -183,14 +185,9 @@ func TestRecordDuringTheEmptyLook(t *testing.T) {
 	enqueue(t, st, "acct-1")
 	settle(t, st, take(t, st, "acct-1"))
 
-	got, ok, _, err := st.TakeDue(time.Time{})
-	require.NoError(t, err)
-	require.True(t, ok)
-	h, _, err := st.Head(got)
-	require.NoError(t, err)
-	require.Nil(t, h)
+	require.Nil(t, takeHead(t, st, "acct-1"))
 	id := enqueue(t, replica(t, pool, Options{}), "acct-1") // another replica's producer
-	require.NoError(t, st.SetNext(got, time.Time{}))
+	require.NoError(t, st.SetNext("acct-1", time.Time{}))
 
 	assert.Equal(t, id, take(t, st, "acct-1").ID, "the record enqueued meanwhile must not be left behind a parked lane")
 }
