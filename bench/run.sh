@@ -17,8 +17,11 @@
 #                    later run); by default they go to a temporary folder that
 #                    is removed at the end
 #   PROFILES=1       also write CPU profiles of the judged paths (0: none)
-#   PHASES="overhead clientcost enqueue depth drain fault outage"  the
-#                    benchmarks to run, by default all
+#   PHASES="overhead clientcost enqueue depth drain fault outage fleet"  the
+#                    benchmarks to run, by default all; fleet is the PostgreSQL
+#                    queue's (../pgqueue, its own module), on a throwaway server
+#                    it starts; without PostgreSQL's binaries (Debian's
+#                    postgresql package) its rows say n/a
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,7 +30,7 @@ SLOW_COUNT=${SLOW_COUNT:-6}
 OUTAGE=${OUTAGE:-10s}
 DEPTHS=${DEPTHS:-1k,100k,1M}
 PROFILES=${PROFILES:-1}
-PHASES=" ${PHASES:-overhead clientcost enqueue depth drain fault outage} "
+PHASES=" ${PHASES:-overhead clientcost enqueue depth drain fault outage fleet} "
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 if [[ "${IDEM_BENCH_SKIP_1M:-0}" == 1 ]]; then
@@ -58,15 +61,16 @@ log() { printf '== %s  load %s  %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1 /p
 
 log "building"
 go test -c -o "$tmp/bench.test" .
+(cd ../pgqueue && go test -c -o "$tmp/pgqueue.test" .)
 GOBIN="$tmp" go install "$BENCHSTAT"
 
-# bench FILE ARGS...: one process, its output appended to FILE; only result
-# lines are shown.
+# bench FILE ARGS...: one process of the test binary $binary (bench.test
+# unless set), its output appended to FILE.
 bench() {
-	local file=$1
+	local file=$1 bin=${binary:-bench.test}
 	shift
-	"$tmp/bench.test" -test.run '^$' -test.timeout 0 "$@" >>"$out/$file" 2>&1 || {
-		echo "bench.test $* failed; see $out/$file" >&2
+	"$tmp/$bin" -test.run '^$' -test.timeout 0 "$@" >>"$out/$file" 2>&1 || {
+		echo "$bin $* failed; see $out/$file" >&2
 		tail -20 "$out/$file" >&2
 		exit 1
 	}
@@ -121,6 +125,13 @@ if phase outage; then
 	rounds "$SLOW_COUNT" outage.txt -test.bench '^BenchmarkOutage$' -test.benchtime 1x
 fi
 
+if phase fleet; then
+	log "fleet store (PostgreSQL): $COUNT rounds of business transactions, $SLOW_COUNT of drains"
+	binary=pgqueue.test rounds "$COUNT" fleet.txt -test.bench '^BenchmarkBusinessTx$' -test.benchtime 1000x
+	binary=pgqueue.test rounds "$SLOW_COUNT" fleet.txt -test.bench '^BenchmarkFleetDrain$' -test.benchtime 3000x
+	grep -h 'SKIP\|skip' "$out/fleet.txt" | sort -u || true
+fi
+
 if [[ "$PROFILES" == 1 ]]; then
 	log "CPU profiles"
 	deepest=${DEPTHS##*,}
@@ -142,7 +153,7 @@ fi
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
 
 log "benchstat"
-for f in overhead:"-col /client" clientcost:"-col /client" enqueue: depth:"-col /depth" drain: fault:"-col /client" outage:"-col /client"; do
+for f in overhead:"-col /client" clientcost:"-col /client" enqueue: depth:"-col /depth" drain: fault:"-col /client" outage:"-col /client" fleet:; do
 	name=${f%%:*}
 	if [[ -s "$out/$name.txt" ]]; then
 		# shellcheck disable=SC2086 # the options are words
@@ -153,7 +164,7 @@ cat "$out/benchstat.txt"
 
 log "summary (the median of the rounds' ratios; benchstat above shows the spread)"
 files=()
-for name in overhead clientcost enqueue depth drain fault outage; do
+for name in overhead clientcost enqueue depth drain fault outage fleet; do
 	if [[ -s "$out/$name.txt" ]]; then
 		files+=("$out/$name.txt")
 	fi

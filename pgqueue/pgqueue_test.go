@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,6 +141,46 @@ func TestEnqueueTxRollback(t *testing.T) {
 	assert.Equal(t, 0, countRows(t, pool, "SELECT count(*) FROM idem_queue_lanes"), "no lane made for a rolled back intent")
 	time.Sleep(300 * time.Millisecond)
 	assert.Empty(t, srv.got())
+}
+
+// statementCounter counts the statements sent on a pool's connections.
+type statementCounter struct{ n *atomic.Int64 }
+
+func (c statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestEnqueueTxOneStatement: EnqueueTx adds one statement, one round trip,
+// to the caller's transaction; a supplied key already held costs a second,
+// the look at its holder.
+func TestEnqueueTxOneStatement(t *testing.T) {
+	ctx := waitCtx(t)
+	var statements atomic.Int64
+	cfg, err := pgxpool.ParseConfig(migrated(t).Config().ConnString())
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = statementCounter{&statements}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	sent := func(in *idem.Intent) int64 {
+		t.Helper()
+		var n int64
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			before := statements.Load()
+			_, err := pgqueue.EnqueueTx(ctx, tx, in)
+			n = statements.Load() - before
+			return err
+		}))
+		return n
+	}
+	in := post(t, "http://127.0.0.1:1/payments/o-1", idem.WithKey("order-o-1"))
+	assert.EqualValues(t, 1, sent(in), "a new intent")
+	assert.EqualValues(t, 2, sent(in), "the same operation again, under its held key")
+	assert.EqualValues(t, 1, sent(post(t, "http://127.0.0.1:1/payments/o-2")), "an intent with a generated key")
 }
 
 // TestEnqueueTxNotifiesAtCommit: the wake-up goes out when the transaction

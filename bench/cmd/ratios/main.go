@@ -105,6 +105,27 @@ func (s samples) paired(num, den, unit string) (float64, bool) {
 	return median(rs), true
 }
 
+// rounds returns the median over the rounds of f applied to name's units in
+// that round: for figures one benchmark reports side by side, such as the
+// three transaction times of BenchmarkBusinessTx.
+func (s samples) rounds(name string, f func(units []float64) float64, units ...string) (float64, bool) {
+	n := len(s[name][units[0]])
+	for _, u := range units {
+		if len(s[name][u]) != n || n == 0 {
+			return 0, false
+		}
+	}
+	vs := make([]float64, n)
+	u := make([]float64, len(units))
+	for i := range vs {
+		for j, unit := range units {
+			u[j] = s[name][unit][i]
+		}
+		vs[i] = f(u)
+	}
+	return median(vs), true
+}
+
 // median returns the median of vs, which it sorts.
 func median(vs []float64) float64 {
 	slices.Sort(vs)
@@ -147,6 +168,8 @@ const (
 	depth      = "BenchmarkEnqueueDepth/depth=%s"
 	fault      = "BenchmarkFault/client=%s"
 	outage     = "BenchmarkOutage/fault=%s/client=%s"
+	businessTx = "BenchmarkBusinessTx"
+	fleetDrain = "BenchmarkFleetDrain/%s"
 )
 
 var clients = []string{"raw", "retryablehttp", "resty", "idem-do", "idem-transport"}
@@ -205,6 +228,21 @@ func report(w io.Writer, s samples) {
 		}
 		row("enqueue time at "+d+" / at 1k queued", fmt.Sprintf(depth, d), fmt.Sprintf(depth, "1k"), "ns/op", t, false)
 	}
+	if v, ok := s.median(businessTx, "round-trips/op"); ok {
+		t := target{max: 1}
+		fmt.Fprintf(tw, "fleet: EnqueueTx round trips added to a business tx\t%s\t%s\t%s\tstatements EnqueueTx sent a call\n", fmtV(v), t, t.verdict(v))
+	} else {
+		fmt.Fprintf(tw, "fleet: EnqueueTx round trips added to a business tx\tn/a\t<= 1.00\t\tmissing %s\n", short(businessTx))
+	}
+	if v, ok := s.rounds(businessTx, func(u []float64) float64 { return (u[0] - u[2]) / (u[1] - u[2]) }, "intent-us", "roundtrip-us", "plain-us"); ok {
+		fmt.Fprintf(tw, "fleet: EnqueueTx time added / one round trip's\t%.3fx\t\t\t(intent - plain) / (SELECT 1 - plain), medians %s / %s / %s us\n",
+			v, med(s, businessTx, "intent-us"), med(s, businessTx, "roundtrip-us"), med(s, businessTx, "plain-us"))
+	}
+	if v, ok := s.rounds(businessTx, func(u []float64) float64 { return u[0] / u[1] }, "intent-us", "plain-us"); ok {
+		fmt.Fprintf(tw, "fleet: business tx with intent / plain, time\t%.3fx\t\t\t%s us / %s us\n", v, med(s, businessTx, "intent-us"), med(s, businessTx, "plain-us"))
+	}
+	row("fleet: drain rate, postgres 1 replica / bbolt", fmt.Sprintf(fleetDrain, "postgres-1"), fmt.Sprintf(fleetDrain, "bbolt"), "intents/s", target{}, false)
+	row("fleet: drain rate, postgres 3 replicas / bbolt", fmt.Sprintf(fleetDrain, "postgres-3"), fmt.Sprintf(fleetDrain, "bbolt"), "intents/s", target{}, false)
 	tw.Flush()
 
 	fmt.Fprintln(w)

@@ -17,6 +17,9 @@ BenchmarkEnqueue/impl=queue/producers=1-2      	     100	   2000 ns/op
     queue_test.go:261: queued 1k intents with 64 producers in 222ms (4497/s)
 BenchmarkEnqueueDepth/depth=1k-2  	     300	   1000 ns/op	         1.000 file-MB
 BenchmarkEnqueueDepth/depth=1M-2  	     300	   1400 ns/op	       500.0 file-MB
+BenchmarkBusinessTx-2   	    1000	   1264883 ns/op	       500.0 intent-us	       200.0 plain-us	         1.000 round-trips/op	       300.0 roundtrip-us
+BenchmarkFleetDrain/bbolt-2         	    3000	   1 ns/op	      2000 intents/s
+BenchmarkFleetDrain/postgres-1-2    	    3000	   2 ns/op	      1000 intents/s
 PASS
 `
 
@@ -53,6 +56,11 @@ func TestReport(t *testing.T) {
 		{"idem", "Do", "/", "raw,", "POST", "time", "1.100x", "<=", "1.15", "met"},
 		{"queue", "enqueue", "rate,", "1", "producer", "/", "raw", "bolt", "Update", "0.500x", ">=", "0.90", "MISSED"},
 		{"enqueue", "time", "at", "1M", "/", "at", "1k", "queued", "1.400x", "<=", "1.50", "met"},
+		{"fleet:", "EnqueueTx", "round", "trips", "added", "to", "a", "business", "tx", "1.0000", "<=", "1.00", "met"},
+		{"fleet:", "EnqueueTx", "time", "added", "/", "one", "round", "trip's", "3.000x"},
+		{"fleet:", "business", "tx", "with", "intent", "/", "plain,", "time", "2.500x"},
+		{"fleet:", "drain", "rate,", "postgres", "1", "replica", "/", "bbolt", "0.500x"},
+		{"fleet:", "drain", "rate,", "postgres", "3", "replicas", "/", "bbolt", "n/a"},
 	} {
 		found := false
 		for _, line := range strings.Split(out.String(), "\n") {
