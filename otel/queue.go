@@ -17,6 +17,11 @@ import (
 // drainer that is stuck or not running. Each collection makes two read
 // transactions on q's file.
 //
+// A queue shared by replicas (package pgqueue) counts the whole fleet's
+// records from each replica: observe it from one replica, or aggregate the
+// replicas' series with max, not sum. Nothing here counts settle events, so
+// Remote ones (queue.Options.NotifyRemote) are never counted twice.
+//
 // Unregister the result before closing q: a closed queue answers every
 // collection with an error. The error is the meter's, when it cannot make an
 // instrument.

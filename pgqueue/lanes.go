@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -131,20 +132,30 @@ func (st *store) write(old queue.State, r *queue.Record, renew bool) error {
 	if err != nil {
 		return err
 	}
-	var settled *time.Time
+	var (
+		settled  *time.Time
+		announce *string // the settle notification's payload (see listen)
+	)
 	if r.State.Settled() {
 		settled = &r.SettledAt
+		if st.opts.NotifyRemote { // replicas announce settles when they ask for others'
+			p := st.self + " " + strconv.FormatInt(int64(r.ID), 10)
+			announce = &p
+		}
 	}
-	args := []any{int64(r.ID), int16(r.State), data, settled, lane, t.token, int16(old)}
+	args := []any{int64(r.ID), int16(r.State), data, settled, lane, t.token, int16(old), announce}
 	lock := `SELECT name FROM idem_queue_lanes WHERE name = $5 AND owner = $6 FOR UPDATE`
 	if renew {
-		lock = `UPDATE idem_queue_lanes SET lease_until = now() + $8 * interval '1 microsecond'
+		lock = `UPDATE idem_queue_lanes SET lease_until = now() + $9 * interval '1 microsecond'
 			WHERE name = $5 AND owner = $6 RETURNING name`
 		args = append(args, st.lease.Microseconds())
 	}
+	// A settle is announced to the other replicas by the row it writes, so
+	// only if it was written, and at commit.
 	n, err := st.exec(`WITH l AS (`+lock+`)
 		UPDATE idem_queue_records r SET state = $2, record = $3, settled_at = $4
-		FROM l WHERE r.id = $1 AND r.state = $7`, args...)
+		FROM l WHERE r.id = $1 AND r.state = $7
+		RETURNING CASE WHEN $8::text IS NOT NULL THEN pg_notify('idem_queue_settled', $8) END`, args...)
 	if err != nil {
 		return err
 	}

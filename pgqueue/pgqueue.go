@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/queue"
@@ -83,6 +84,7 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*store, error)
 	st := &store{
 		pool: pool, opts: opts, lease: timeout + opts.LeaseMargin,
 		wake: make(chan struct{}, 1), owned: map[string]taken{},
+		settles: make(chan queue.ID, settleBuffer), self: uuid.NewString(),
 		ctx: sctx, cancel: cancel, done: make(chan struct{}),
 	}
 	if err := st.measureNow(ctx); err != nil {

@@ -3,6 +3,7 @@ package pgqueue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -331,4 +332,91 @@ func TestMigrationFiles(t *testing.T) {
 	b, err := fs.ReadFile(pgqueue.MigrationFiles(), "0001_queue.sql")
 	require.NoError(t, err)
 	assert.Contains(t, string(b), "CREATE TABLE idem_queue_records")
+}
+
+// TestNotifyRemote: with NotifyRemote, each replica reports every record
+// settled by a replica that has it too once, settled by itself (Remote
+// false) or by another (Remote true), and across the fleet each record has
+// exactly one report with Remote false: the one a metric counts. A replica
+// without NotifyRemote reports only its own settles, and announces none.
+func TestNotifyRemote(t *testing.T) {
+	pool := migrated(t)
+	srv := newPaths(t)
+	type seen struct {
+		mu     sync.Mutex
+		local  map[queue.ID]int
+		remote map[queue.ID]int
+	}
+	replica := func(notifyRemote bool) (*queue.Queue, *seen) {
+		s := &seen{local: map[queue.ID]int{}, remote: map[queue.ID]int{}}
+		q := open(t, pool, pgqueue.Options{Options: queue.Options{
+			Policy: fast(), Workers: 2, NotifyRemote: notifyRemote,
+			Notify: func(e queue.Event) {
+				if e.Kind != queue.EventSettled {
+					t.Logf("event: %v: %v", e.Kind, e.Err)
+					return
+				}
+				assert.True(t, e.Record.State.Settled(), "record %d reported settled in state %v", e.Record.ID, e.Record.State)
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if e.Remote {
+					s.remote[e.Record.ID]++
+				} else {
+					s.local[e.Record.ID]++
+				}
+			},
+		}})
+		run(t, q)
+		return q, s
+	}
+	a, aSeen := replica(true)
+	_, bSeen := replica(true)
+	_, cSeen := replica(false)
+
+	ctx := waitCtx(t)
+	var ids []queue.ID
+	for i := range 30 {
+		id, err := a.Enqueue(ctx, post(t, srv.URL+"/payments", idem.WithLane(fmt.Sprint("acct-", i%6))))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		r, err := a.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, queue.Done, r.State)
+	}
+	byC := func(id queue.ID) bool {
+		cSeen.mu.Lock()
+		defer cSeen.mu.Unlock()
+		return cSeen.local[id] > 0
+	}
+	sawAll := func(s *seen) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, id := range ids {
+			if s.local[id]+s.remote[id] == 0 && !byC(id) {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool { return sawAll(aSeen) && sawAll(bSeen) }, 10*time.Second, 10*time.Millisecond,
+		"each replica with NotifyRemote reports every record the others with it settled")
+	time.Sleep(200 * time.Millisecond) // a duplicate or unannounced report would come by now
+
+	for _, s := range []*seen{aSeen, bSeen, cSeen} {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	for _, id := range ids {
+		assert.Equal(t, 1, aSeen.local[id]+bSeen.local[id]+cSeen.local[id], "record %d: reports with Remote false across the fleet", id)
+		want := 1
+		if cSeen.local[id] > 0 {
+			want = 0 // c does not announce
+		}
+		assert.Equal(t, want, aSeen.local[id]+aSeen.remote[id], "record %d: reports by replica a", id)
+		assert.Equal(t, want, bSeen.local[id]+bSeen.remote[id], "record %d: reports by replica b", id)
+	}
+	assert.Empty(t, cSeen.remote, "a replica without NotifyRemote reports no other replica's settles")
+	assert.NotEmpty(t, aSeen.remote, "replica a settled everything itself: the test proved nothing")
 }

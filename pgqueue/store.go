@@ -26,6 +26,12 @@ type store struct {
 	opts  Options
 	lease time.Duration // how long a taken lane stays this replica's
 	wake  chan struct{} // LISTEN's wake-ups; never ready without LISTEN
+	// settles carries the IDs of records other replicas settled, as
+	// LISTEN hears them; never ready without LISTEN.
+	settles chan queue.ID
+	// self names this replica in the settle notifications it sends, so
+	// that it skips its own.
+	self string
 
 	// skew is the database clock's lead over the local one, in
 	// nanoseconds, as last measured (see measure).

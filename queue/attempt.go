@@ -18,7 +18,7 @@ import (
 func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.Time, error) {
 	r, quarantined, err := q.st.Head(name)
 	for _, d := range quarantined {
-		q.settled(d)
+		q.settled(d, false)
 	}
 	if err != nil || r == nil {
 		return now, err
@@ -200,7 +200,7 @@ func (q *Queue) settle(r *Record, old, s State, o idem.Outcome, reason string, r
 	if err := q.st.Commit(old, r); err != nil {
 		return err
 	}
-	q.settled(r)
+	q.settled(r, false)
 	return nil
 }
 

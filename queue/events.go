@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -74,17 +75,52 @@ type Event struct {
 	// OldMark and NewMark are the clock's high-water mark before and after
 	// ResetClock, for EventClockReset; zero otherwise.
 	OldMark, NewMark time.Time
+	// Remote says, for EventSettled, that another process sharing the
+	// store settled Record (Options.NotifyRemote); that process reported
+	// it with Remote false. Metrics count settles whose Remote is false.
+	Remote bool
 }
 
-// settled tells the waiters and Notify that r settled.
-func (q *Queue) settled(r *Record) {
+// settled tells the waiters and Notify that r settled, here or, if remote,
+// in another process sharing the store.
+func (q *Queue) settled(r *Record, remote bool) {
 	q.mu.Lock()
 	ws := q.waiters[r.ID]
 	delete(q.waiters, r.ID)
 	q.mu.Unlock()
-	q.notify(Event{Kind: EventSettled, Record: r}) // before Wait returns, so a waiter sees its effects
+	if !remote || q.opts.NotifyRemote {
+		q.notify(Event{Kind: EventSettled, Record: r, Remote: remote}) // before Wait returns, so a waiter sees its effects
+	}
 	for _, w := range ws {
 		w <- r
+	}
+}
+
+// relaySettles hands the records other processes settle, as feed names
+// them, to the waiters and, with Options.NotifyRemote, to Notify, until
+// ctx ends. A record no one waits for is not read unless Notify wants it.
+func (q *Queue) relaySettles(ctx context.Context, feed <-chan ID) {
+	for {
+		var id ID
+		select {
+		case <-ctx.Done():
+			return
+		case id = <-feed:
+		}
+		q.mu.Lock()
+		_, waited := q.waiters[id]
+		q.mu.Unlock()
+		if !waited && !q.opts.NotifyRemote {
+			continue
+		}
+		r, err := q.st.Get(id)
+		switch {
+		case errors.Is(err, ErrNotFound): // discarded or swept since
+		case err != nil:
+			q.report(err)
+		case r.State.Settled():
+			q.settled(r, true)
+		}
 	}
 }
 

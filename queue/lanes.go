@@ -200,6 +200,9 @@ func (st *boltStore) Rejudge(now time.Time) error {
 // Wakeups returns nil: only this process's Queue writes the file.
 func (st *boltStore) Wakeups() <-chan struct{} { return nil }
 
+// Settles returns nil: only this process's Queue settles records.
+func (st *boltStore) Settles() <-chan ID { return nil }
+
 // Head returns the first unsettled record of the lane called name, or nil,
 // and the damaged records it quarantined on the way, for the caller to
 // report.

@@ -98,6 +98,16 @@ type Options struct {
 	// Close, which then returns at once instead of waiting for the drainer
 	// running Notify (see Close).
 	Notify func(Event)
+	// NotifyRemote, for a store that several processes share (package
+	// pgqueue's), makes a running drainer also report the records the
+	// other processes settled, as EventSettled with Event.Remote set, and
+	// announce its own settles to them: set it on every replica. Every
+	// settle is then reported by each replica: the one that settled it
+	// (Remote false) and the others (Remote true). Count from events with
+	// Remote false only, and a fleet counts each record once. Remote
+	// events are best effort (see Store.Settles); the store itself is the
+	// record. A store of one process has no remote events.
+	NotifyRemote bool
 
 	// Seams for tests: nil means the real clock, math/rand/v2, os.OpenFile.
 	now      func() time.Time

@@ -57,6 +57,13 @@ func (q *Queue) Run(ctx context.Context) error {
 		q.draining.Done()
 	}()
 
+	if feed := q.st.Settles(); feed != nil {
+		q.draining.Add(1)
+		go func() {
+			defer q.draining.Done()
+			q.relaySettles(ctx, feed)
+		}()
+	}
 	for _, r := range q.st.TakeDamaged() { // found damaged by Open: reported once
 		q.notify(Event{Kind: EventSettled, Record: r})
 	}

@@ -72,6 +72,12 @@ type Store interface {
 	// Wakeups, if not nil, receives when another process made work due:
 	// an enqueue, a Wake. A store of one process returns nil.
 	Wakeups() <-chan struct{}
+	// Settles, if not nil, receives the ID of each record another process
+	// sharing the store settled, once that process's commit is done: for
+	// Wait and Options.NotifyRemote. It is best effort: an ID that comes
+	// while the feed is down or behind is lost, and Wait's polling covers
+	// it. A store of one process returns nil.
+	Settles() <-chan ID
 	// Head returns the first unsettled record of a taken lane, in the
 	// lane's order, and the damaged records it quarantined on the way, for
 	// the Queue to report.
