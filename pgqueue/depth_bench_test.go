@@ -50,7 +50,7 @@ func BenchmarkDepth(b *testing.B) {
 
 // fill queues n pending records on 1000 lanes due in an hour, in bulk:
 // the trigger that places records one by one is off while it runs, and
-// the positions and lanes are written as it would have.
+// the lanes are written as it would have (each record's place is its ID).
 func fill(b *testing.B, st *store, n int) {
 	b.Helper()
 	ctx := context.Background()
@@ -66,10 +66,10 @@ func fill(b *testing.B, st *store, n int) {
 		args []any
 	}{
 		{sql: "ALTER TABLE idem_queue_records DISABLE TRIGGER idem_queue_place"},
-		{sql: fmt.Sprintf(`INSERT INTO idem_queue_records (lane, pos, state, record)
-			SELECT 'wait-' || (i %% %d), i / %d + 1, 1, $1 FROM generate_series(0, %d) i`, lanes, lanes, n-1), args: []any{data}},
-		{sql: fmt.Sprintf(`INSERT INTO idem_queue_lanes (name, tail, next_at)
-			SELECT 'wait-' || i, %d, now() + interval '1 hour' FROM generate_series(0, %d) i`, n/lanes, lanes-1)},
+		{sql: fmt.Sprintf(`INSERT INTO idem_queue_records (lane, state, record)
+			SELECT 'wait-' || (i %% %d), 1, $1 FROM generate_series(0, %d) i`, lanes, n-1), args: []any{data}},
+		{sql: `INSERT INTO idem_queue_lanes (name, tail, next_at)
+			SELECT lane, max(id), now() + interval '1 hour' FROM idem_queue_records GROUP BY lane`},
 		{sql: "ALTER TABLE idem_queue_records ENABLE TRIGGER idem_queue_place"},
 		{sql: "ANALYZE idem_queue_records"},
 		{sql: "ANALYZE idem_queue_lanes"},

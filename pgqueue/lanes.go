@@ -86,7 +86,7 @@ func (st *store) Head(lane string) (*queue.Record, []*queue.Record, error) {
 	err := st.pool.QueryRow(ctx, `SELECT l.tail, r.id, r.enqueued_at, r.record FROM idem_queue_lanes l
 		LEFT JOIN LATERAL (
 			SELECT id, enqueued_at, record FROM idem_queue_records
-			WHERE lane = l.name AND state <= 2 ORDER BY pos LIMIT 1
+			WHERE lane = l.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
 		) r ON true
 		WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&tail, &id, &enqueued, &data)
 	if errors.Is(err, pgx.ErrNoRows) { // taken over: not this replica's lane now

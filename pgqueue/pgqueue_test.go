@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -242,33 +243,86 @@ func TestEnqueueTxChecks(t *testing.T) {
 	assert.NotContains(t, err.Error(), `"k"`, "the key is not in the error")
 }
 
-// TestLaneOrderIsCommitOrder: two producers of one lane commit in the other
-// order than they enqueued: the lane sends in commit order.
-func TestLaneOrderIsCommitOrder(t *testing.T) {
-	pool := migrated(t)
-	srv := newPaths(t)
-	ctx := waitCtx(t)
+// crossCommit enqueues two intents of lane in two transactions and commits
+// them in the other order, returning their IDs in enqueue order.
+func crossCommit(t *testing.T, pool *pgxpool.Pool, url, lane string) (first, second queue.ID) {
+	return crossCommitTagged(t, pool, url, lane, "")
+}
 
+// crossCommitTagged is crossCommit with tag in the intents' paths.
+func crossCommitTagged(t *testing.T, pool *pgxpool.Pool, url, lane, tag string) (first, second queue.ID) {
+	t.Helper()
+	ctx := waitCtx(t)
 	early, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	earlyID, err := pgqueue.EnqueueTx(ctx, early, post(t, srv.URL+"/first-enqueued", idem.WithLane("acct")))
+	first, err = pgqueue.EnqueueTx(ctx, early, post(t, url+"/"+lane+tag+"/first-enqueued", idem.WithLane(lane)))
 	require.NoError(t, err)
 	late, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	lateID, err := pgqueue.EnqueueTx(ctx, late, post(t, srv.URL+"/first-committed", idem.WithLane("acct")))
+	second, err = pgqueue.EnqueueTx(ctx, late, post(t, url+"/"+lane+tag+"/first-committed", idem.WithLane(lane)))
 	require.NoError(t, err)
-	require.Less(t, earlyID, lateID, "IDs follow enqueue order")
+	require.Less(t, first, second, "IDs follow enqueue order")
 	require.NoError(t, late.Commit(ctx))
 	require.NoError(t, early.Commit(ctx))
+	return first, second
+}
 
+// drainAll runs a queue on pool until every record in ids is done.
+func drainAll(t *testing.T, pool *pgxpool.Pool, ids ...queue.ID) {
+	t.Helper()
 	q := open(t, pool, pgqueue.Options{Options: queue.Options{Policy: fast()}})
 	run(t, q)
-	for _, id := range []queue.ID{earlyID, lateID} {
+	ctx := waitCtx(t)
+	for _, id := range ids {
 		r, err := q.Wait(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, queue.Done, r.State)
 	}
-	assert.Equal(t, []string{"/first-committed", "/first-enqueued"}, srv.got())
+}
+
+// TestLaneOrderIsCommitOrder: two producers of one lane commit in the other
+// order than they enqueued: the lane sends in commit order. A record that
+// commits in ID order is placed without a write to its row.
+func TestLaneOrderIsCommitOrder(t *testing.T) {
+	pool := migrated(t)
+	srv := newPaths(t)
+	first, second := crossCommit(t, pool, srv.URL, "acct")
+	assert.Equal(t, 1, countRows(t, pool, "SELECT count(*) FROM idem_queue_records WHERE pos IS NULL AND id = $1", int64(second)),
+		"the record committed first is placed by its ID")
+	drainAll(t, pool, first, second)
+	assert.Equal(t, []string{"/acct/first-committed", "/acct/first-enqueued"}, srv.got())
+}
+
+// TestMigrateKeepsLaneOrder: records placed under version 1 of the tables
+// stay ahead of those placed after Migrate brings them to the latest, and
+// each version keeps commit order.
+func TestMigrateKeepsLaneOrder(t *testing.T) {
+	pool := unmigrated(t)
+	srv := newPaths(t)
+	ctx := waitCtx(t)
+	v1, err := fs.ReadFile(pgqueue.MigrationFiles(), "0001_queue.sql")
+	require.NoError(t, err)
+	for _, sql := range []string{"CREATE TABLE idem_queue_migrations (version integer PRIMARY KEY)", string(v1),
+		"INSERT INTO idem_queue_migrations VALUES (1)"} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	a1, a2 := crossCommitTagged(t, pool, srv.URL, "acct", "/v1") // placed by version 1
+	b1, b2 := crossCommitTagged(t, pool, srv.URL, "other", "/v1")
+	require.NoError(t, pgqueue.Migrate(ctx, pool))
+	a3, a4 := crossCommitTagged(t, pool, srv.URL, "acct", "/v2") // placed by the latest
+	b3, b4 := crossCommitTagged(t, pool, srv.URL, "other", "/v2")
+
+	drainAll(t, pool, a1, a2, a3, a4, b1, b2, b3, b4)
+	for _, lane := range []string{"acct", "other"} {
+		var sent []string
+		for _, p := range srv.got() {
+			if rest, ok := strings.CutPrefix(p, "/"+lane+"/"); ok {
+				sent = append(sent, rest)
+			}
+		}
+		assert.Equal(t, []string{"v1/first-committed", "v1/first-enqueued", "v2/first-committed", "v2/first-enqueued"}, sent, "lane %s", lane)
+	}
 }
 
 // TestWaitAcrossReplicas: a record one replica drains is seen settled by
@@ -306,10 +360,12 @@ func TestMigrate(t *testing.T) {
 	for _, err := range errs {
 		assert.NoError(t, err)
 	}
-	assert.Equal(t, 1, countRows(t, pool, "SELECT count(*) FROM idem_queue_migrations"))
+	files, err := fs.Glob(pgqueue.MigrationFiles(), "*.sql")
+	require.NoError(t, err)
+	assert.Equal(t, len(files), countRows(t, pool, "SELECT count(*) FROM idem_queue_migrations"), "each version once")
 	open(t, pool, pgqueue.Options{})
 
-	_, err := pool.Exec(ctx, "INSERT INTO idem_queue_migrations (version) VALUES (999)")
+	_, err = pool.Exec(ctx, "INSERT INTO idem_queue_migrations (version) VALUES (999)")
 	require.NoError(t, err)
 	assert.ErrorContains(t, pgqueue.Migrate(ctx, pool), "version 999")
 	_, err = pgqueue.New(ctx, pool, pgqueue.Options{})
