@@ -69,8 +69,58 @@ func (st *store) owner(lane string) (taken, bool) {
 
 // Head returns the first unsettled record of a lane this replica holds, in
 // commit order, and remembers the lane's last position so that SetNext can
-// tell whether a record came meanwhile.
+// tell whether a record came meanwhile. A head whose stored bytes do not
+// decode is quarantined (queue.Quarantined) and returned with the others
+// quarantined on the way, unless it is of a newer version than this build
+// reads: that one is left for a newer replica, and Head gives the error.
 func (st *store) Head(lane string) (*queue.Record, []*queue.Record, error) {
+	var quarantined []*queue.Record
+	for {
+		r, data, err := st.head(lane)
+		switch {
+		case data == nil:
+			return r, quarantined, err
+		case errors.Is(err, queue.ErrNewerVersion):
+			return nil, quarantined, fmt.Errorf("record %d: %w", r.ID, err)
+		}
+		q, err := st.quarantine(lane, r, data, err)
+		if err != nil {
+			return nil, quarantined, err
+		}
+		quarantined = append(quarantined, q)
+	}
+}
+
+// quarantine stores, in place of the record head found at the head of a
+// lane this replica holds, what queue.Quarantined makes of its bytes data,
+// which failed to decode with cause; fenced like every write (see write).
+func (st *store) quarantine(lane string, head *queue.Record, data []byte, cause error) (*queue.Record, error) {
+	t, ok := st.owner(lane)
+	if !ok {
+		return nil, fmt.Errorf("%w: record %d: lane %q is not held", queue.ErrMovedOn, head.ID, lane)
+	}
+	q := queue.Quarantined(head.ID, data, cause, st.Now())
+	q.EnqueuedAt = head.EnqueuedAt
+	b, err := q.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	n, err := st.exec(`WITH l AS (SELECT name FROM idem_queue_lanes WHERE name = $4 AND owner = $5 FOR UPDATE)
+		UPDATE idem_queue_records r SET state = $2, record = $3, settled_at = $6
+		FROM l WHERE r.id = $1 AND r.state <= 2`, int64(q.ID), int16(q.State), b, lane, t.token, q.SettledAt)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: record %d", queue.ErrMovedOn, q.ID)
+	}
+	return q, nil
+}
+
+// head reads the first unsettled record of a lane this replica holds. For a
+// record that does not decode it returns the record's ID alone in r, its
+// stored bytes in data, and the decoding error, wrapping queue.ErrDamaged.
+func (st *store) head(lane string) (r *queue.Record, data []byte, err error) {
 	t, ok := st.owner(lane)
 	if !ok {
 		return nil, nil, nil
@@ -81,9 +131,8 @@ func (st *store) Head(lane string) (*queue.Record, []*queue.Record, error) {
 		tail     int64
 		id       *int64
 		enqueued *time.Time
-		data     []byte
 	)
-	err := st.pool.QueryRow(ctx, `SELECT l.tail, r.id, r.enqueued_at, r.record FROM idem_queue_lanes l
+	err = st.pool.QueryRow(ctx, `SELECT l.tail, r.id, r.enqueued_at, r.record FROM idem_queue_lanes l
 		LEFT JOIN LATERAL (
 			SELECT id, enqueued_at, record FROM idem_queue_records
 			WHERE lane = l.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
@@ -102,8 +151,12 @@ func (st *store) Head(lane string) (*queue.Record, []*queue.Record, error) {
 	if id == nil {
 		return nil, nil, nil
 	}
-	r, err := decode(*id, *enqueued, data)
-	return r, nil, err
+	r = new(queue.Record)
+	if err := r.UnmarshalBinary(data); err != nil {
+		return &queue.Record{ID: queue.ID(*id), EnqueuedAt: *enqueued}, data, err
+	}
+	r.ID, r.EnqueuedAt = queue.ID(*id), *enqueued
+	return r, nil, nil
 }
 
 // Lease stores r in flight and renews the lane's lease for its attempt, if

@@ -222,3 +222,57 @@ func TestSweep(t *testing.T) {
 	require.NoError(t, rows.Err())
 	assert.Equal(t, []string{"acct-2"}, lanes)
 }
+
+// TestDamagedHeadQuarantined: a head whose stored bytes fail their checksum
+// is stored failed and damaged, with its intact intent, and returned for
+// the Queue to report, and the lane goes on to the next record; a record of
+// a newer version than this build reads is left as it is, for a newer
+// replica, and Head says why.
+func TestDamagedHeadQuarantined(t *testing.T) {
+	pool := testPool(t)
+	st := replica(t, pool, Options{})
+	ctx := context.Background()
+	damaged := enqueue(t, st, "acct")
+	next := enqueue(t, st, "acct")
+	_, err := pool.Exec(ctx, `UPDATE idem_queue_records SET record = set_byte(record, length(record) - 1, get_byte(record, length(record) - 1) # 255)
+		WHERE id = $1`, int64(damaged)) // the checksum's last byte
+	require.NoError(t, err)
+
+	lane, ok, _, err := st.TakeDue(time.Time{})
+	require.NoError(t, err)
+	require.True(t, ok)
+	h, quarantined, err := st.Head(lane)
+	require.NoError(t, err)
+	require.NotNil(t, h)
+	assert.Equal(t, next, h.ID, "the lane moves on")
+	require.Len(t, quarantined, 1)
+	assert.Equal(t, damaged, quarantined[0].ID)
+	stored, err := st.Get(damaged)
+	require.NoError(t, err)
+	assert.True(t, stored.Damaged)
+	assert.Equal(t, queue.Failed, stored.State)
+	assert.Equal(t, idem.Unknown, stored.Outcome)
+	require.NotNil(t, stored.Intent, "the intent's own checksum holds: it is kept")
+	assert.Equal(t, "acct", stored.Intent.Lane())
+	settle(t, st, h)
+	require.NoError(t, st.SetNext(lane, time.Time{}))
+	park(t, st, "acct")
+
+	newer := enqueue(t, st, "upgraded")
+	_, err = pool.Exec(ctx, `UPDATE idem_queue_records SET record = set_byte(record, 2, 9) WHERE id = $1`, int64(newer))
+	require.NoError(t, err)
+	var before []byte
+	require.NoError(t, pool.QueryRow(ctx, "SELECT record FROM idem_queue_records WHERE id = $1", int64(newer)).Scan(&before))
+	lane, ok, _, err = st.TakeDue(time.Time{})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "upgraded", lane)
+	_, quarantined, err = st.Head(lane)
+	require.ErrorIs(t, err, queue.ErrNewerVersion)
+	assert.Empty(t, quarantined)
+	var after []byte
+	var state int16
+	require.NoError(t, pool.QueryRow(ctx, "SELECT record, state FROM idem_queue_records WHERE id = $1", int64(newer)).Scan(&after, &state))
+	assert.Equal(t, before, after, "a newer record is left for a newer replica")
+	assert.EqualValues(t, queue.Pending, state)
+}

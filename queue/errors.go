@@ -39,6 +39,12 @@ var (
 	// a damaged record in a readable file it quarantines instead (see
 	// Record.Damaged).
 	ErrDamaged = errors.New("queue: file damaged")
+	// ErrNewerVersion is wrapped, beside ErrDamaged, by the error of a
+	// record whose binary form is of a version newer than this build
+	// reads. A store shared by processes of several builds, as in a
+	// rolling upgrade, must leave such a record for a newer process
+	// rather than quarantine it.
+	ErrNewerVersion = errors.New("queue: record of a newer version")
 	// ErrInvalidOptions is returned by Open for inconsistent Options.
 	ErrInvalidOptions = errors.New("queue: invalid options")
 )

@@ -261,7 +261,9 @@ func decodeRecord(data []byte) (*Record, error) {
 	if len(data) < laneOffset+1+4 || string(data[:len(recordMagic)]) != recordMagic {
 		return nil, fmt.Errorf("%w: not a queue record", errCorrupt)
 	}
-	if v := data[len(recordMagic)]; v != recordVersion {
+	if v := data[len(recordMagic)]; v > recordVersion {
+		return nil, fmt.Errorf("%w: %w: unknown record version %d (this build reads %d)", errCorrupt, ErrNewerVersion, v, recordVersion)
+	} else if v != recordVersion {
 		return nil, fmt.Errorf("%w: unknown record version %d (this build reads %d)", errCorrupt, v, recordVersion)
 	}
 	body, err := binenc.Unseal(data)

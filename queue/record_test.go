@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -88,6 +89,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"empty", nil, "not a queue record"},
 		{"magic", edit(func(b []byte) []byte { b[0] = 'x'; return b }), "not a queue record"},
 		{"version", edit(func(b []byte) []byte { b[2] = 9; return reseal(b) }), "unknown record version 9"},
+		{"version 0", edit(func(b []byte) []byte { b[2] = 0; return reseal(b) }), "unknown record version 0"},
 		{"state", edit(func(b []byte) []byte { b[stateOffset] = 0; return reseal(b) }), "unknown state 0"},
 		{"state high", edit(func(b []byte) []byte { b[stateOffset] = 6; return reseal(b) }), "unknown state 6"},
 		{"checksum", edit(func(b []byte) []byte { b[10] ^= 1; return b }), "checksum"},
@@ -102,6 +104,9 @@ func TestDecodeRecordRejects(t *testing.T) {
 			assert.Nil(t, r)
 			assert.ErrorIs(t, err, errCorrupt)
 			assert.Contains(t, err.Error(), tt.msg)
+			// Only a version above this build's is a newer one: a store
+			// shared with newer builds leaves it be; all else is damage.
+			assert.Equal(t, tt.name == "version", errors.Is(err, ErrNewerVersion))
 		})
 	}
 }
