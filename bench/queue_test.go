@@ -169,10 +169,16 @@ func BenchmarkEnqueue(b *testing.B) {
 // BenchmarkDrain measures a queue from enqueue-all to all-settled: b.N
 // intents enqueued by 64 producers while the drainer runs, sent to a
 // loopback server that answers 201 at once. One lane delivers one record at
-// a time; 64 lanes drain in parallel over the default workers.
+// a time; 64 lanes drain in parallel over the default workers, and over a
+// worker a lane.
 func BenchmarkDrain(b *testing.B) {
-	for _, lanes := range []int{1, 64} {
-		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) {
+	for _, c := range []struct{ lanes, workers int }{{1, 0}, {64, 0}, {64, 64}} {
+		lanes := c.lanes
+		name := fmt.Sprintf("lanes=%d", lanes)
+		if c.workers > 0 {
+			name += fmt.Sprintf("/workers=%d", c.workers)
+		}
+		b.Run(name, func(b *testing.B) {
 			var served atomic.Int64
 			ok := okHandler()
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -190,7 +196,8 @@ func BenchmarkDrain(b *testing.B) {
 			tr := newTransport(nil)
 			defer tr.CloseIdleConnections()
 			q := openQueue(b, filepath.Join(b.TempDir(), "q.db"), queue.Options{
-				Client: &idem.Client{HTTPClient: &http.Client{Transport: tr}},
+				Workers: c.workers,
+				Client:  &idem.Client{HTTPClient: &http.Client{Transport: tr}},
 				Notify: func(e queue.Event) {
 					if e.Kind != queue.EventSettled {
 						return

@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem/internal/binenc"
@@ -117,9 +116,8 @@ type boltStore struct {
 	path string
 	opts Options
 
-	// writers counts write transactions under way: a lone writer commits at
-	// once with Update, concurrent ones share commits with Batch.
-	writers atomic.Int32
+	// commits shares commits among concurrent writers (see group).
+	commits group
 
 	// life is held for reading by every operation on the file and for
 	// writing by close, so that close waits for them; closed is set under
@@ -185,17 +183,12 @@ func (st *boltStore) guard(fn func() error) error {
 	return err
 }
 
-// write runs fn in a write transaction: at once when it is the only writer,
-// sharing a commit with concurrent writers otherwise. fn may run twice, as
-// with bolt.DB.Batch, so it must only touch the transaction and variables it
-// sets afresh each time.
+// write runs fn in a write transaction: at once when no commit is under
+// way, else in the next, shared with the writers that came meanwhile (see
+// group). fn may run twice, so it must only touch the transaction and
+// variables it sets afresh each time.
 func (st *boltStore) write(fn func(*bolt.Tx) error) error {
-	n := st.writers.Add(1)
-	defer st.writers.Add(-1)
-	if n > 1 {
-		return st.db.Batch(fn)
-	}
-	return st.db.Update(fn)
+	return st.commits.do(st.db, fn)
 }
 
 // Location returns the file's path.
@@ -335,7 +328,6 @@ func openDB(path string, o Options) (db *bolt.DB, err error) {
 	var pathErr *fs.PathError
 	switch {
 	case err == nil:
-		db.MaxBatchDelay = batchDelay
 		return db, nil
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, o.LockTimeout)
@@ -348,8 +340,3 @@ func openDB(path string, o Options) (db *bolt.DB, err error) {
 	}
 	return nil, fmt.Errorf("queue: open %s: %w", path, err)
 }
-
-// batchDelay is how long a shared commit waits for company. Producers that
-// arrive while a commit runs gather behind it anyway, so a short delay only
-// bounds the wait of a batch that stays small.
-const batchDelay = time.Millisecond

@@ -215,9 +215,28 @@ func report(w io.Writer, s samples) {
 	}
 	row("queue enqueue rate, 1 producer / raw bolt Update", fmt.Sprintf(enqueue, "queue", 1), fmt.Sprintf(enqueue, "bolt-update", 1), "ns/op", target{min: 0.9}, true)
 	row("queue enqueue rate, 64 producers / 1 producer", fmt.Sprintf(enqueue, "queue", 64), fmt.Sprintf(enqueue, "queue", 1), "ns/op", target{min: 5}, true)
-	row("busy producers (50µs each) rate, 64 / 1", fmt.Sprintf(enqueue, "queue-busy", 64), fmt.Sprintf(enqueue, "queue-busy", 1), "ns/op", target{}, true)
+	row("busy producers (50µs each) rate, 64 / 1", fmt.Sprintf(enqueue, "queue-busy", 64), fmt.Sprintf(enqueue, "queue-busy", 1), "ns/op", target{min: 10}, true)
 	row("raw bolt rate, Batch 64 / Update 1", fmt.Sprintf(enqueue, "bolt-batch", 64), fmt.Sprintf(enqueue, "bolt-update", 1), "ns/op", target{}, true)
 	row("queue keyed enqueue rate, 1 producer / raw bolt Update", fmt.Sprintf(enqueue, "queue-keyed", 1), fmt.Sprintf(enqueue, "bolt-update", 1), "ns/op", target{}, true)
+	for _, l := range []struct {
+		lanes, drain string
+		producers    int
+	}{{"1 lane", "lanes=1", 1}, {"64 lanes", "lanes=64", 64}, {"64 lanes, a worker each", "lanes=64/workers=64", 64}} {
+		t := target{min: 0.5}
+		if strings.Contains(l.drain, "workers") {
+			t = target{}
+		}
+		// a rate against a time: drain intents/s over enqueue's 1e9/(ns/op)
+		label := fmt.Sprintf("drain rate, %s / %d-producer enqueue rate", l.lanes, l.producers)
+		d, okD := s.median("BenchmarkDrain/"+l.drain, "intents/s")
+		e, okE := s.median(fmt.Sprintf(enqueue, "queue", l.producers), "ns/op")
+		if !okD || !okE || e == 0 {
+			fmt.Fprintf(tw, "%s\tn/a\t%s\t\tmissing Drain/%s or %s\n", label, t, l.drain, short(fmt.Sprintf(enqueue, "queue", l.producers)))
+			continue
+		}
+		v := d / (1e9 / e)
+		fmt.Fprintf(tw, "%s\t%.3fx\t%s\t%s\t%s intents/s / %s intents/s\n", label, v, t, t.verdict(v), fmtV(d), fmtV(1e9/e))
+	}
 	for _, d := range depths(s) {
 		if d == "1k" {
 			continue
@@ -264,7 +283,7 @@ func report(w io.Writer, s samples) {
 		n := fmt.Sprintf(depth, d)
 		fmt.Fprintf(tw, "%s queued\t%s\t%s\t%s\t%s\t%s\t\n", d, med(s, n, "ns/op"), med(s, n, "rss-MB"), med(s, n, "heap-MB"), med(s, n, "sys-MB"), med(s, n, "file-MB"))
 	}
-	for _, l := range []string{"1", "64"} {
+	for _, l := range []string{"1", "64", "64/workers=64"} {
 		n := "BenchmarkDrain/lanes=" + l
 		if _, ok := s.median(n, "intents/s"); ok {
 			fmt.Fprintf(tw, "drain, %s lane(s)\t%s\t%s intents/s\t\t\t\t\n", l, med(s, n, "ns/op"), med(s, n, "intents/s"))

@@ -17,6 +17,8 @@ BenchmarkEnqueue/impl=queue/producers=1-2      	     100	   2000 ns/op
     queue_test.go:261: queued 1k intents with 64 producers in 222ms (4497/s)
 BenchmarkEnqueueDepth/depth=1k-2  	     300	   1000 ns/op	         1.000 file-MB
 BenchmarkEnqueueDepth/depth=1M-2  	     300	   1400 ns/op	       500.0 file-MB
+BenchmarkEnqueue/impl=queue/producers=64-2     	     100	   1000 ns/op
+BenchmarkDrain/lanes=64-2     	     100	   1000 ns/op	  250000 intents/s
 BenchmarkBusinessTx-2   	    1000	   1264883 ns/op	       500.0 intent-us	       200.0 plain-us	         1.000 round-trips/op	       300.0 roundtrip-us
 BenchmarkFleetDrain/bbolt-2         	    3000	   1 ns/op	      2000 intents/s
 BenchmarkFleetDrain/postgres-1-2    	    3000	   2 ns/op	      1000 intents/s
@@ -56,6 +58,8 @@ func TestReport(t *testing.T) {
 		{"idem", "Do", "/", "raw,", "POST", "time", "1.100x", "<=", "1.15", "met"},
 		{"queue", "enqueue", "rate,", "1", "producer", "/", "raw", "bolt", "Update", "0.500x", ">=", "0.90", "MISSED"},
 		{"enqueue", "time", "at", "1M", "/", "at", "1k", "queued", "1.400x", "<=", "1.50", "met"},
+		{"drain", "rate,", "1", "lane", "/", "1-producer", "enqueue", "rate", "n/a"},
+		{"drain", "rate,", "64", "lanes", "/", "64-producer", "enqueue", "rate", "0.250x", ">=", "0.50", "MISSED"},
 		{"fleet:", "EnqueueTx", "round", "trips", "added", "to", "a", "business", "tx", "1.0000", "<=", "1.00", "met"},
 		{"fleet:", "EnqueueTx", "time", "added", "/", "one", "round", "trip's", "3.000x"},
 		{"fleet:", "business", "tx", "with", "intent", "/", "plain,", "time", "2.500x"},
