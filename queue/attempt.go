@@ -47,13 +47,20 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 	if err := q.lease(r, now); err != nil {
 		return now, err
 	}
-	return q.attempt(ctx, r)
+	return q.attempt(ctx, r, 0)
 }
 
-// lease marks r in flight and counts the attempt, setting FirstSentAt if
-// unset, and commits that before anything is sent: a crash after the send
-// leaves the record marked as possibly sent, which is the safe side.
+// lease marks r leased and commits that before anything is sent: a crash
+// after the send leaves the record marked as possibly sent, which is the
+// safe side.
 func (q *Queue) lease(r *Record, now time.Time) error {
+	markLeased(r, now)
+	return q.st.Lease(r)
+}
+
+// markLeased marks r in flight and counts the attempt, setting FirstSentAt
+// if unset.
+func markLeased(r *Record, now time.Time) {
 	r.State = InFlight
 	r.NumAttempts++
 	r.LastAttemptAt = now
@@ -61,13 +68,20 @@ func (q *Queue) lease(r *Record, now time.Time) error {
 	if r.leaseSetFirstSent {
 		r.FirstSentAt = now
 	}
-	return q.st.Lease(r)
 }
 
-// due reports whether r's next attempt is due: its time has come, its last
-// attempt was made by a clock ahead of now, or Wake was called after an
-// attempt that never got out.
+// due reports whether r's next attempt is due (see dueAt).
 func (q *Queue) due(r *Record, now time.Time) bool {
+	q.mu.Lock()
+	woken := q.woken
+	q.mu.Unlock()
+	return q.dueAt(r, now, woken)
+}
+
+// dueAt reports whether r's next attempt is due, Wake having last been
+// called at woken: its time has come, its last attempt was made by a clock
+// ahead of now, or Wake was called after an attempt that never got out.
+func (q *Queue) dueAt(r *Record, now, woken time.Time) bool {
 	if !r.NextAttempt.After(now) {
 		return true
 	}
@@ -76,13 +90,55 @@ func (q *Queue) due(r *Record, now time.Time) bool {
 		// ResetClock): the schedule cannot be trusted, the judgement can.
 		return true
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return r.LastClass == idem.ClassNeverSent && !q.woken.IsZero() && !q.woken.Before(r.LastAttemptAt)
+	return r.LastClass == idem.ClassNeverSent && !woken.IsZero() && !woken.Before(r.LastAttemptAt)
 }
 
-// attempt sends one attempt of the leased r and records what followed.
-func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
+// maxStreak is how many records in a row a worker sends from one lane
+// before it gives the lane back to the schedule, so that with more lanes
+// than workers every lane gets its turn.
+const maxStreak = 16
+
+// settleDone settles the leased r as done. When the store can
+// (leaseNexter), the same commit leases the next record of r's lane, if it
+// is due and within the horizon, and that record is attempted at once: a
+// lane in a steady drain costs one commit a record. After a crash either
+// both the settle and the lease are in the file or neither: at most one
+// record of the lane is in flight, and it is resent with its key.
+func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *Response, streak int) (time.Time, error) {
+	ln, ok := q.st.(leaseNexter)
+	if !ok || streak+1 >= maxStreak || ctx.Err() != nil || q.isClosing() {
+		return q.st.Now(), q.settleLeased(r, Done, o, "", res)
+	}
+	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = Done, o, "", res, q.st.Now()
+	r.leaseSetFirstSent = false
+	q.mu.Lock()
+	woken := q.woken
+	q.mu.Unlock()
+	mark := q.st.Mark()
+	next, err := ln.SettleLeaseNext(r, func(n *Record) bool {
+		now := q.st.Now()
+		if !q.dueAt(n, now, woken) {
+			return false
+		}
+		if v, _ := q.h.judge(n, now, mark); v != verdictSend {
+			return false // the usual path expires it, or holds the clock
+		}
+		markLeased(n, now)
+		return true
+	})
+	if err != nil {
+		return q.st.Now(), err
+	}
+	q.settled(r, false)
+	if next == nil {
+		return q.st.Now(), nil
+	}
+	return q.attempt(ctx, next, streak+1)
+}
+
+// attempt sends one attempt of the leased r, the streak-th record in a row
+// of its lane this worker sends, and records what followed.
+func (q *Queue) attempt(ctx context.Context, r *Record, streak int) (time.Time, error) {
 	// The timeout bounds the stored body's reading too, which the horizon
 	// counts as part of the attempt.
 	timeout := q.opts.Policy.AttemptTimeout
@@ -119,7 +175,7 @@ func (q *Queue) attempt(ctx context.Context, r *Record) (time.Time, error) {
 	}
 	switch action, outcome := idem.Action(step.Action), idem.Outcome(step.Outcome); {
 	case action == idem.ActionDone:
-		return now, q.settleLeased(r, Done, outcome, "", res)
+		return q.settleDone(ctx, r, outcome, res, streak)
 	case action == idem.ActionStop && step.Status == http.StatusUnauthorized:
 		return q.unauthorized(r, now)
 	case action == idem.ActionStop:

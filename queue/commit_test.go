@@ -3,13 +3,20 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemtest"
 )
 
 func groupDB(t *testing.T) *bolt.DB {
@@ -103,4 +110,79 @@ func TestGroupIsolatesFailures(t *testing.T) {
 		}
 		return nil
 	}))
+}
+
+// txID reads the ID of q's file's last commit.
+func txID(t *testing.T, q *Queue) int {
+	t.Helper()
+	var id int
+	require.NoError(t, q.st.(*boltStore).db.View(func(tx *bolt.Tx) error {
+		id = tx.ID()
+		return nil
+	}))
+	return id
+}
+
+// TestLaneDrainsOneCommitARecord: a lane whose records succeed one after
+// another settles each and leases the next in one commit, and still gives
+// the lane back every maxStreak records: 2n commits would mean the settle
+// and the lease went apart. The server sees the lane in order.
+func TestLaneDrainsOneCommitARecord(t *testing.T) {
+	s := startServer(t, idemtest.Options{RequireKey: true})
+	var ev events
+	opts := fast(clientFor(s))
+	opts.Notify = ev.notify
+	q, _ := openTest(t, opts)
+	ctx := waitCtx(t)
+	const n = 3 * maxStreak
+	ids := make([]ID, n)
+	for i := range n {
+		id, err := q.Enqueue(ctx, post(t, s.URL()+"/payments", i, idem.WithLane("acct")))
+		require.NoError(t, err)
+		ids[i] = id
+	}
+	before := txID(t, q)
+	run(t, q)
+	for _, id := range ids {
+		r, err := q.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, Done, r.State)
+	}
+	commits := txID(t, q) - before
+	// One commit a record, plus the lease that starts each streak.
+	assert.LessOrEqual(t, commits, n+n/(maxStreak-1)+1, "commits for %d records of one lane", n)
+	assert.Equal(t, n, ev.count(EventSettled))
+	assert.Equal(t, n, s.TotalEffects(), "each record applied once")
+}
+
+// TestLaneStreakKeepsTheHorizon: the record leased in its predecessor's
+// settle commit is judged as on the usual path: one past MaxAge by then is
+// not sent but expires.
+func TestLaneStreakKeepsTheHorizon(t *testing.T) {
+	clk := newClock()
+	clk.Set(time.Now())
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		clk.Add(2 * time.Hour) // the first attempt takes the second record past its max age
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	opts := fast(&idem.Client{})
+	opts.now, opts.MaxAge = clk.Now, time.Hour
+	q, _ := openTest(t, opts)
+	ctx := waitCtx(t)
+	first, err := q.Enqueue(ctx, post(t, srv.URL, 1, idem.WithLane("acct")))
+	require.NoError(t, err)
+	second, err := q.Enqueue(ctx, post(t, srv.URL, 2, idem.WithLane("acct")))
+	require.NoError(t, err)
+	run(t, q)
+	r, err := q.Wait(ctx, first)
+	require.NoError(t, err)
+	assert.Equal(t, Done, r.State)
+	r, err = q.Wait(ctx, second)
+	require.NoError(t, err)
+	assert.Equal(t, Expired, r.State, r.Reason)
+	assert.Contains(t, r.Reason, "max age")
+	assert.EqualValues(t, 1, requests.Load(), "the expired record was never sent")
 }

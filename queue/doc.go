@@ -63,6 +63,11 @@
 //     again after a crash (at-least-once delivery), which the key makes
 //     exactly-once at a server that implements the protocol.
 //   - No attempt starts past the horizon; no record is dropped silently.
+//   - At most one record of a lane is in flight, after a crash too. A lane
+//     draining steadily settles a record and leases the next in one commit
+//     (up to 16 in a row): a kill leaves either both in the file or
+//     neither, so what the next run finds in flight is the one record whose
+//     attempt may have been sent, and it is resent with its key.
 //
 // # Caveats
 //
