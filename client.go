@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -201,7 +200,7 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 	}
 	res := &Result{
 		Outcome: d.Outcome, Replayed: IsReplayed(ownAnswer(resp, r.method).Header),
-		Response: resp, Attempts: slices.Clone(r.attempts),
+		Response: resp, Attempts: r.trail(),
 	}
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
 	return res, nil

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -124,7 +123,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	replayed := IsReplayed(resp.Header)
 	r.obs.finish(ctx, &r, out, replayed, e)
 	if rep != nil {
-		rep.fill(Report{Outcome: out, Replayed: replayed, Err: e, Attempts: slices.Clone(r.attempts)}, prev, changed)
+		rep.fill(Report{Outcome: out, Replayed: replayed, Err: e, Attempts: r.trail()}, prev, changed)
 	}
 	if isRedirect(resp.StatusCode) {
 		resp.Body = &hopBody{ReadCloser: resp.Body, hop: hop{outcome: out, inDoubt: r.ambiguous}}
