@@ -86,6 +86,9 @@ type Client struct {
 // clock is the time seam of a Client.
 type clock interface {
 	Now() time.Time
+	// Since is Now().Sub(t); the real clock's reads only the monotonic
+	// clock, half the cost of Now.
+	Since(t time.Time) time.Duration
 	// Sleep waits d or until ctx ends, returning ctx's error then.
 	Sleep(ctx context.Context, d time.Duration) error
 }
@@ -93,6 +96,8 @@ type clock interface {
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Since(t time.Time) time.Duration { return time.Since(t) }
 
 func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

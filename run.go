@@ -196,7 +196,7 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	if err != nil && timer != nil && timer.fired.Load() {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
 	}
-	att.Duration = r.clock.Now().Sub(att.Start)
+	att.Duration = r.clock.Since(att.Start)
 	f := rec.Trace()
 	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil, Resent: f.Resent}
 	if err != nil {
