@@ -222,9 +222,14 @@ func WithReport(ctx context.Context, rep *Report) context.Context {
 	return context.WithValue(ctx, reportKey{}, rep)
 }
 
-// keyed reports whether req carries an idempotency key.
+// keyed reports whether req carries an idempotency key. The names are
+// canonical: map lookups, without Get's canonicalising.
 func (t *Transport) keyed(req *http.Request) bool {
-	return req.Header.Get(keyHeaderName(t.KeyHeader)) != "" || (t.KeyHeader == "" && req.Header.Get("X-Idempotency-Key") != "")
+	has := func(name string) bool {
+		vs := req.Header[name]
+		return len(vs) > 0 && vs[0] != ""
+	}
+	return has(keyHeaderName(t.KeyHeader)) || (t.KeyHeader == "" && has("X-Idempotency-Key"))
 }
 
 // Stats returns the Transport's counters.
