@@ -203,12 +203,27 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		return nil, e
 	}
-	res := &Result{
-		Outcome: d.Outcome, Replayed: IsReplayed(ownAnswer(resp, r.method).Header),
-		Response: resp, Attempts: r.trail(),
-	}
+	res := r.result()
+	res.Outcome, res.Replayed, res.Response = d.Outcome, IsReplayed(ownAnswer(resp, r.method).Header), resp
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
 	return res, nil
+}
+
+// oneAttempt is a Result with room for a trail of one attempt, so that the
+// success of a single attempt, the common case, allocates both at once.
+type oneAttempt struct {
+	Result
+	trail [1]Attempt
+}
+
+// result returns a Result holding r's trail.
+func (r *run) result() *Result {
+	if r.n != 1 {
+		return &Result{Attempts: r.trail()}
+	}
+	o := &oneAttempt{trail: [1]Attempt{r.latest}}
+	o.Attempts = o.trail[:]
+	return &o.Result
 }
 
 // initRun validates the arguments of a run of in under policy p, which has
