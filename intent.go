@@ -244,14 +244,9 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if len(body) > MaxBodyBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(body), MaxBodyBytes)
 	}
-	var c intentConfig
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&c); err != nil {
-			return nil, err
-		}
+	c, err := configure(opts)
+	if err != nil {
+		return nil, err
 	}
 	safe := methods.Safe(method)
 	if safe && c.hasKey {
@@ -279,6 +274,24 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		in.body = append([]byte(nil), body...)
 	}
 	return in, nil
+}
+
+// configure applies opts. An option takes a pointer, so the config it fills
+// is allocated; an intent without options, such as most GETs, skips that.
+func configure(opts []IntentOption) (intentConfig, error) {
+	if len(opts) == 0 {
+		return intentConfig{}, nil
+	}
+	var c intentConfig
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&c); err != nil {
+			return intentConfig{}, err
+		}
+	}
+	return c, nil
 }
 
 // newKey returns a random (version 4) UUID: 122 random bits.
