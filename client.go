@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -87,6 +86,9 @@ type Client struct {
 // clock is the time seam of a Client.
 type clock interface {
 	Now() time.Time
+	// Since is Now().Sub(t); the real clock's reads only the monotonic
+	// clock, half the cost of Now.
+	Since(t time.Time) time.Duration
 	// Sleep waits d or until ctx ends, returning ctx's error then.
 	Sleep(ctx context.Context, d time.Duration) error
 }
@@ -94,6 +96,8 @@ type clock interface {
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Since(t time.Time) time.Duration { return time.Since(t) }
 
 func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -199,12 +203,27 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		return nil, e
 	}
-	res := &Result{
-		Outcome: d.Outcome, Replayed: IsReplayed(ownAnswer(resp, r.method).Header),
-		Response: resp, Attempts: slices.Clone(r.attempts),
-	}
+	res := r.result()
+	res.Outcome, res.Replayed, res.Response = d.Outcome, IsReplayed(ownAnswer(resp, r.method).Header), resp
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
 	return res, nil
+}
+
+// oneAttempt is a Result with room for a trail of one attempt, so that the
+// success of a single attempt, the common case, allocates both at once.
+type oneAttempt struct {
+	Result
+	trail [1]Attempt
+}
+
+// result returns a Result holding r's trail.
+func (r *run) result() *Result {
+	if r.n != 1 {
+		return &Result{Attempts: r.trail()}
+	}
+	o := &oneAttempt{trail: [1]Attempt{r.latest}}
+	o.Attempts = o.trail[:]
+	return &o.Result
 }
 
 // initRun validates the arguments of a run of in under policy p, which has

@@ -406,6 +406,8 @@ type cancelingClock struct{ cancel context.CancelFunc }
 
 func (cancelingClock) Now() time.Time { return time.Now() }
 
+func (cancelingClock) Since(t time.Time) time.Duration { return time.Since(t) }
+
 func (c cancelingClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.cancel()
 	<-ctx.Done()

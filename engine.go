@@ -38,7 +38,7 @@ func attemptOnce(ctx context.Context, call engine.Call) (engine.Step, error) {
 		return engine.Step{}, err
 	}
 	r.obs.attempt(ctx, &r, d.Action)
-	a := r.attempts[0]
+	a := r.latest
 	s := engine.Step{
 		Class: uint8(d.Class), Action: uint8(d.Action), Outcome: uint8(d.Outcome), InDoubt: d.InDoubt,
 		Reason: d.Reason, Status: a.Status, Err: a.Err, Response: resp,

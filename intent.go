@@ -47,8 +47,8 @@ type Intent struct {
 	u         *url.URL // url parsed; copied for each request
 	header    []field  // canonical names, each once, in the order first added
 	body      []byte
-	key       string
-	supplied  bool // the key came from WithKey rather than uuid.New
+	key       [1]string // an array, which every request shares as its header's value list
+	supplied  bool      // the key came from WithKey rather than uuid.New
 	lane      string
 	createdAt time.Time
 }
@@ -244,14 +244,9 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if len(body) > MaxBodyBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(body), MaxBodyBytes)
 	}
-	var c intentConfig
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&c); err != nil {
-			return nil, err
-		}
+	c, err := configure(opts)
+	if err != nil {
+		return nil, err
 	}
 	safe := methods.Safe(method)
 	if safe && c.hasKey {
@@ -270,7 +265,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		url:       rawURL,
 		u:         u,
 		header:    c.header,
-		key:       c.key,
+		key:       [1]string{c.key},
 		supplied:  c.hasKey,
 		lane:      c.lane,
 		createdAt: now.Round(0),
@@ -279,6 +274,24 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		in.body = append([]byte(nil), body...)
 	}
 	return in, nil
+}
+
+// configure applies opts. An option takes a pointer, so the config it fills
+// is allocated; an intent without options, such as most GETs, skips that.
+func configure(opts []IntentOption) (intentConfig, error) {
+	if len(opts) == 0 {
+		return intentConfig{}, nil
+	}
+	var c intentConfig
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&c); err != nil {
+			return intentConfig{}, err
+		}
+	}
+	return c, nil
 }
 
 // newKey returns a random (version 4) UUID: 122 random bits.
@@ -297,10 +310,15 @@ func (in *Intent) Method() string { return in.method }
 func (in *Intent) URL() string { return in.url }
 
 // Key returns the idempotency key, or "" for a safe method, which has none.
-func (in *Intent) Key() string { return in.key }
+func (in *Intent) Key() string { return in.key[0] }
 
 // HasKey reports whether the intent carries an idempotency key.
-func (in *Intent) HasKey() bool { return in.key != "" }
+func (in *Intent) HasKey() bool { return in.key[0] != "" }
+
+// keyValues returns the key as a header value list, shared by every request
+// of the intent as its other header values are: full, so that an append
+// copies.
+func (in *Intent) keyValues() []string { return in.key[:1:1] }
 
 // KeySupplied reports whether the key was given with WithKey rather than
 // generated. A generated key is new by construction (122 random bits); only a

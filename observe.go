@@ -93,7 +93,7 @@ type observer struct {
 // attempt records the latest attempt of r, once what follows it (action)
 // is known.
 func (o observer) attempt(ctx context.Context, r *run, action Action) {
-	a := r.attempts[len(r.attempts)-1]
+	a := r.latest
 	// net/http may have sent the request on more than one connection.
 	o.m.attempts.Add(uint64(max(a.Wire.Conns, 1)))
 	switch {
@@ -107,13 +107,13 @@ func (o observer) attempt(ctx context.Context, r *run, action Action) {
 		if a.Err != nil {
 			shown.Err = redacted{a.Err}
 		}
-		o.hook(ctx, AttemptInfo{Method: r.method, URL: r.safeURL(), N: len(r.attempts), Attempt: shown, Action: action})
+		o.hook(ctx, AttemptInfo{Method: r.method, URL: r.safeURL(), N: r.n, Attempt: shown, Action: action})
 	}
 	if o.logger == nil || !o.logger.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("method", r.method), slog.String("url", r.safeURL()), slog.Int("n", len(r.attempts)),
+		slog.String("method", r.method), slog.String("url", r.safeURL()), slog.Int("n", r.n),
 		slog.String("class", a.Class.String()), slog.Int("status", a.Status), slog.String("action", action.String()),
 		slog.Int("conns", a.Wire.Conns), slog.Bool("wrote_headers", a.Wire.WroteHeaders),
 		slog.Bool("got_response", a.Wire.GotResponse), slog.Duration("duration", a.Duration),
@@ -126,14 +126,14 @@ func (o observer) attempt(ctx context.Context, r *run, action Action) {
 }
 
 func (o observer) retry(ctx context.Context, r *run, wait time.Duration) {
-	last := r.attempts[len(r.attempts)-1]
+	last := r.latest
 	if int(last.Class) < len(o.m.retries) {
 		o.m.retries[last.Class].Add(1)
 	}
 	if o.logger != nil {
 		o.logger.LogAttrs(ctx, slog.LevelInfo, "idem: retrying",
 			slog.String("method", r.method), slog.String("url", r.safeURL()),
-			slog.Int("n", len(r.attempts)), slog.String("after", last.Class.String()), slog.Duration("wait", wait))
+			slog.Int("n", r.n), slog.String("after", last.Class.String()), slog.Duration("wait", wait))
 	}
 }
 
@@ -152,7 +152,7 @@ func (o observer) finish(ctx context.Context, r *run, out Outcome, replayed bool
 		}
 		o.logger.LogAttrs(ctx, slog.LevelWarn, "idem: outcome unknown",
 			slog.String("method", r.method), slog.String("url", r.safeURL()),
-			slog.Int("attempts", len(r.attempts)), slog.String("reason", reason))
+			slog.Int("attempts", r.n), slog.String("reason", reason))
 	}
 }
 

@@ -49,21 +49,8 @@ type Policy struct {
 // withDefaults returns p with zero fields set to their defaults, or an error
 // naming a negative field.
 func (p Policy) withDefaults() (Policy, error) {
-	fields := [...]struct {
-		name string
-		v    int64
-	}{
-		{"MaxAttempts", int64(p.MaxAttempts)},
-		{"BaseDelay", int64(p.BaseDelay)},
-		{"MaxDelay", int64(p.MaxDelay)},
-		{"MaxElapsed", int64(p.MaxElapsed)},
-		{"AttemptTimeout", int64(p.AttemptTimeout)},
-		{"MaxRetryAfter", int64(p.MaxRetryAfter)},
-	}
-	for _, f := range fields {
-		if f.v < 0 {
-			return p, fmt.Errorf("%w: %s is negative (%d)", ErrInvalidPolicy, f.name, f.v)
-		}
+	if p.MaxAttempts < 0 || p.BaseDelay < 0 || p.MaxDelay < 0 || p.MaxElapsed < 0 || p.AttemptTimeout < 0 || p.MaxRetryAfter < 0 {
+		return p, p.negativeField()
 	}
 	def := DefaultPolicy()
 	if p.MaxAttempts == 0 {
@@ -79,6 +66,29 @@ func (p Policy) withDefaults() (Policy, error) {
 		p.MaxRetryAfter = def.MaxRetryAfter
 	}
 	return p, nil
+}
+
+// negativeField returns the error naming p's first negative field. It is
+// apart from withDefaults, which runs on every operation, because building
+// its list of names costs more than the rest of withDefaults.
+func (p Policy) negativeField() error {
+	fields := [...]struct {
+		name string
+		v    int64
+	}{
+		{"MaxAttempts", int64(p.MaxAttempts)},
+		{"BaseDelay", int64(p.BaseDelay)},
+		{"MaxDelay", int64(p.MaxDelay)},
+		{"MaxElapsed", int64(p.MaxElapsed)},
+		{"AttemptTimeout", int64(p.AttemptTimeout)},
+		{"MaxRetryAfter", int64(p.MaxRetryAfter)},
+	}
+	for _, f := range fields {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s is negative (%d)", ErrInvalidPolicy, f.name, f.v)
+		}
+	}
+	return nil
 }
 
 // parseRetryAfter reads a Retry-After value (RFC 9110 10.2.3): delay-seconds

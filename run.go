@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -44,9 +43,23 @@ type run struct {
 	host        string // the intent's host, for judging redirects; "" for a Transport
 	shownURL    string // redact.RawURL(url), made on first use by the observer
 
-	attempts  []Attempt // the trail; copied out, never shared, so a run can live on the stack
-	ambiguous bool      // an attempt so far left the operation in doubt (decision.InDoubt)
+	// The trail is earlier, then latest: n attempts in all. The latest is
+	// kept apart so that a run of one attempt, most runs, allocates a trail
+	// only when it hands one out (trail), and a Transport's success none.
+	earlier   []Attempt
+	latest    Attempt
+	n         int
+	ambiguous bool // an attempt so far left the operation in doubt (decision.InDoubt)
 	bo        *backoff.ExponentialBackOff
+}
+
+// trail returns a copy of the attempts so far, first attempt first; nil
+// before the first.
+func (r *run) trail() []Attempt {
+	if r.n == 0 {
+		return nil
+	}
+	return append(r.earlier[:len(r.earlier):len(r.earlier)], r.latest)
 }
 
 // loop makes attempts until a definitive answer or a reason to stop. On
@@ -84,7 +97,7 @@ func (r *run) loop(ctx context.Context) (*http.Response, decision, *Error) {
 			return resp, d, ferr
 		}
 		drain(resp)
-		r.attempts[len(r.attempts)-1].Wait = wait
+		r.latest.Wait = wait
 		r.obs.attempt(ctx, r, ActionRetry)
 		r.obs.retry(ctx, r, wait)
 		if err := r.clock.Sleep(ctx, wait); err != nil {
@@ -93,7 +106,8 @@ func (r *run) loop(ctx context.Context) (*http.Response, decision, *Error) {
 	}
 }
 
-// step makes one attempt, decides on it and adds it to the trail.
+// step makes one attempt, decides on it and makes it the latest of the
+// trail.
 func (r *run) step(ctx context.Context) (*http.Response, decision, error) {
 	resp, att, err := r.attempt(ctx)
 	if err != nil {
@@ -110,7 +124,10 @@ func (r *run) step(ctx context.Context) (*http.Response, decision, error) {
 	}
 	d := decide(f)
 	att.Class = d.Class
-	r.attempts = append(r.attempts, att)
+	if r.n > 0 {
+		r.earlier = append(r.earlier, r.latest)
+	}
+	r.latest, r.n = att, r.n+1
 	r.ambiguous = r.ambiguous || d.InDoubt
 	return resp, d, nil
 }
@@ -179,7 +196,7 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	if err != nil && timer != nil && timer.fired.Load() {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
 	}
-	att.Duration = r.clock.Now().Sub(att.Start)
+	att.Duration = r.clock.Since(att.Start)
 	f := rec.Trace()
 	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil, Resent: f.Resent}
 	if err != nil {
@@ -222,8 +239,8 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration,
 	if err := ctx.Err(); err != nil {
 		return 0, r.fail(out, "context ended", 0, err)
 	}
-	if len(r.attempts) >= r.policy.MaxAttempts {
-		return 0, r.fail(out, fmt.Sprintf("attempts exhausted (%d of %d)", len(r.attempts), r.policy.MaxAttempts), 0, ErrAttemptsExhausted)
+	if r.n >= r.policy.MaxAttempts {
+		return 0, r.fail(out, fmt.Sprintf("attempts exhausted (%d of %d)", r.n, r.policy.MaxAttempts), 0, ErrAttemptsExhausted)
 	}
 	now := r.clock.Now()
 	wait, hinted := time.Duration(0), false
@@ -240,7 +257,7 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration,
 		wait = delay.Jittered(r.bo.NextBackOff(), r.random(), r.policy.MaxDelay)
 	}
 	next := now.Add(wait)
-	if r.policy.MaxElapsed > 0 && next.Sub(r.attempts[0].Start) > r.policy.MaxElapsed {
+	if r.policy.MaxElapsed > 0 && next.Sub(r.firstStart()) > r.policy.MaxElapsed {
 		return 0, r.fail(out, fmt.Sprintf("max elapsed time %v reached", r.policy.MaxElapsed), 0, ErrAttemptsExhausted)
 	}
 	if dl, ok := ctx.Deadline(); ok && !next.Before(dl) {
@@ -251,6 +268,14 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration,
 		return 0, r.fail(out, "retry budget exhausted", 0, ErrBudgetExhausted)
 	}
 	return wait, nil
+}
+
+// firstStart is when the run's first attempt began.
+func (r *run) firstStart() time.Time {
+	if len(r.earlier) > 0 {
+		return r.earlier[0].Start
+	}
+	return r.latest.Start
 }
 
 // outcome is the outcome if the run ended now without success: Unknown once
@@ -280,13 +305,13 @@ func (r *run) random() float64 {
 func (r *run) fail(o Outcome, reason string, retryAfter time.Duration, cause error) *Error {
 	e := &Error{
 		Method: r.method, URL: r.url, Outcome: o, Reason: reason,
-		RetryAfter: retryAfter, Attempts: slices.Clone(r.attempts), Err: cause,
+		RetryAfter: retryAfter, Attempts: r.trail(), Err: cause,
 	}
 	// Every caller names a reason, and a nil cause comes only with a
 	// rejection, whose attempt has no transport error: Unwrap reaches the
 	// last attempt's error in any case.
-	if n := len(r.attempts); n > 0 {
-		e.Status = r.attempts[n-1].Status
+	if r.n > 0 {
+		e.Status = r.latest.Status
 	}
 	return e
 }

@@ -53,11 +53,11 @@ func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
 	if in.HasKey() {
-		v := in.key
+		v := in.keyValues()
 		if c.KeyFormat == KeySFString {
-			v = `"` + v + `"`
+			v = []string{`"` + in.Key() + `"`}
 		}
-		req.Header[keyHeaderName(c.KeyHeader)] = []string{v}
+		req.Header[keyHeaderName(c.KeyHeader)] = v
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -124,7 +123,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	replayed := IsReplayed(resp.Header)
 	r.obs.finish(ctx, &r, out, replayed, e)
 	if rep != nil {
-		rep.fill(Report{Outcome: out, Replayed: replayed, Err: e, Attempts: slices.Clone(r.attempts)}, prev, changed)
+		rep.fill(Report{Outcome: out, Replayed: replayed, Err: e, Attempts: r.trail()}, prev, changed)
 	}
 	if isRedirect(resp.StatusCode) {
 		resp.Body = &hopBody{ReadCloser: resp.Body, hop: hop{outcome: out, inDoubt: r.ambiguous}}
@@ -223,9 +222,14 @@ func WithReport(ctx context.Context, rep *Report) context.Context {
 	return context.WithValue(ctx, reportKey{}, rep)
 }
 
-// keyed reports whether req carries an idempotency key.
+// keyed reports whether req carries an idempotency key. The names are
+// canonical: map lookups, without Get's canonicalising.
 func (t *Transport) keyed(req *http.Request) bool {
-	return req.Header.Get(keyHeaderName(t.KeyHeader)) != "" || (t.KeyHeader == "" && req.Header.Get("X-Idempotency-Key") != "")
+	has := func(name string) bool {
+		vs := req.Header[name]
+		return len(vs) > 0 && vs[0] != ""
+	}
+	return has(keyHeaderName(t.KeyHeader)) || (t.KeyHeader == "" && has("X-Idempotency-Key"))
 }
 
 // Stats returns the Transport's counters.

@@ -55,7 +55,10 @@ func TestReport(t *testing.T) {
 	var out bytes.Buffer
 	report(&out, s)
 	for _, want := range [][]string{
-		{"idem", "Do", "/", "raw,", "POST", "time", "1.100x", "<=", "1.15", "met"},
+		{"idem", "Do", "/", "raw,", "POST", "time", "1.100x", "<=", "1.05", "MISSED"},
+		{"idem", "Do", "/", "raw,", "GET", "time", "n/a", "<=", "1.05"},
+		{"idem", "Do", "/", "retryablehttp", "sending", "a", "key,", "POST", "time", "n/a", "<=", "1.00"},
+		{"Transport", "/", "raw,", "POST", "time", "n/a", "<=", "1.03"},
 		{"queue", "enqueue", "rate,", "1", "producer", "/", "raw", "bolt", "Update", "0.500x", ">=", "0.90", "MISSED"},
 		{"enqueue", "time", "at", "1M", "/", "at", "1k", "queued", "1.400x", "<=", "1.50", "met"},
 		{"drain", "rate,", "1", "lane", "/", "1-producer", "enqueue", "rate", "n/a"},
