@@ -30,7 +30,7 @@ const (
 // ends in a CRC-32C of the rest.
 func (in *Intent) MarshalBinary() ([]byte, error) {
 	n := len(encodingMagic) + 1 + 4*binary.MaxVarintLen64 + len(in.method) + len(in.url) +
-		len(in.key[0]) + len(in.lane) + 3*binary.MaxVarintLen64 + len(in.body) + 4
+		len(in.key) + len(in.lane) + 3*binary.MaxVarintLen64 + len(in.body) + 4
 	for _, f := range in.header {
 		n += 2*binary.MaxVarintLen64 + len(f.name)
 		for _, v := range f.values {
@@ -40,7 +40,7 @@ func (in *Intent) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, n)
 	b = append(b, encodingMagic...)
 	b = append(b, encodingVersion)
-	for _, s := range [...]string{in.method, in.url, in.key[0], in.lane} {
+	for _, s := range [...]string{in.method, in.url, in.key, in.lane} {
 		b = binenc.Append(b, s)
 	}
 	var flags uint64

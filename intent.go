@@ -47,8 +47,8 @@ type Intent struct {
 	u         *url.URL // url parsed; copied for each request
 	header    []field  // canonical names, each once, in the order first added
 	body      []byte
-	key       [1]string // an array, which every request shares as its header's value list
-	supplied  bool      // the key came from WithKey rather than uuid.New
+	key       string
+	supplied  bool // the key came from WithKey rather than uuid.New
 	lane      string
 	createdAt time.Time
 }
@@ -265,7 +265,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		url:       rawURL,
 		u:         u,
 		header:    c.header,
-		key:       [1]string{c.key},
+		key:       c.key,
 		supplied:  c.hasKey,
 		lane:      c.lane,
 		createdAt: now.Round(0),
@@ -310,15 +310,10 @@ func (in *Intent) Method() string { return in.method }
 func (in *Intent) URL() string { return in.url }
 
 // Key returns the idempotency key, or "" for a safe method, which has none.
-func (in *Intent) Key() string { return in.key[0] }
+func (in *Intent) Key() string { return in.key }
 
 // HasKey reports whether the intent carries an idempotency key.
-func (in *Intent) HasKey() bool { return in.key[0] != "" }
-
-// keyValues returns the key as a header value list, shared by every request
-// of the intent as its other header values are: full, so that an append
-// copies.
-func (in *Intent) keyValues() []string { return in.key[:1:1] }
+func (in *Intent) HasKey() bool { return in.key != "" }
 
 // KeySupplied reports whether the key was given with WithKey rather than
 // generated. A generated key is new by construction (122 random bits); only a

@@ -365,7 +365,7 @@ func TestIntentHeaderMerge(t *testing.T) {
 // (supplied, in doubt) and FirstSentAt.
 func encodeV1(in *Intent, inDoubt bool, firstSent int64) []byte {
 	b := append([]byte(encodingMagic), 1)
-	for _, s := range [...]string{in.method, in.url, in.key[0], in.lane} {
+	for _, s := range [...]string{in.method, in.url, in.key, in.lane} {
 		b = binenc.Append(b, s)
 	}
 	var flags uint64

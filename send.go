@@ -53,11 +53,11 @@ func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
 	if in.HasKey() {
-		v := in.keyValues()
+		v := in.key
 		if c.KeyFormat == KeySFString {
-			v = []string{`"` + in.Key() + `"`}
+			v = `"` + v + `"`
 		}
-		req.Header[keyHeaderName(c.KeyHeader)] = v
+		req.Header[keyHeaderName(c.KeyHeader)] = []string{v}
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {
