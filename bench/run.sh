@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark of bench/ in full, writes the raw output under
 # results/<UTC time>/, compares with benchstat and prints the ratios the
-# project is judged on. About 20 minutes on 2 cores, most of it the outage
+# project is judged on. About 25 minutes on 2 cores, most of it the outage
 # windows and the 1M-record prefill.
 #
 # Each comparison runs in rounds: one process per round runs every client (or
