@@ -109,8 +109,7 @@ func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *
 	if !ok || streak+1 >= maxStreak || ctx.Err() != nil || q.isClosing() {
 		return q.st.Now(), q.settleLeased(r, Done, o, "", res)
 	}
-	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = Done, o, "", res, q.st.Now()
-	r.leaseSetFirstSent = false
+	markSettled(r, Done, o, "", res, q.st.Now())
 	q.mu.Lock()
 	woken := q.woken
 	q.mu.Unlock()
@@ -251,13 +250,18 @@ func (q *Queue) settleLeased(r *Record, s State, o idem.Outcome, reason string, 
 
 // settle settles r, stored in state old.
 func (q *Queue) settle(r *Record, old, s State, o idem.Outcome, reason string, res *Response) error {
-	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, q.st.Now()
-	r.leaseSetFirstSent = false
+	markSettled(r, s, o, reason, res, q.st.Now())
 	if err := q.st.Commit(old, r); err != nil {
 		return err
 	}
 	q.settled(r, false)
 	return nil
+}
+
+// markSettled marks r settled at now in state s.
+func markSettled(r *Record, s State, o idem.Outcome, reason string, res *Response, now time.Time) {
+	r.State, r.Outcome, r.Reason, r.Result, r.SettledAt = s, o, reason, res, now
+	r.leaseSetFirstSent = false
 }
 
 // outcomeOf is the outcome of r if it ends now without success.

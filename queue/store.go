@@ -354,62 +354,44 @@ type leaseNexter interface {
 	SettleLeaseNext(r *Record, lease func(next *Record) bool) (*Record, error)
 }
 
-// SettleLeaseNext implements leaseNexter; the lease moves the clock's mark
-// as Lease does.
+// SettleLeaseNext implements leaseNexter: a commit of r (see commitWith)
+// that also leases the next record; the lease moves the clock's mark as
+// Lease does.
 func (st *boltStore) SettleLeaseNext(r *Record, lease func(*Record) bool) (*Record, error) {
-	name := r.lane()
 	st.mu.Lock()
 	var nextID ID
-	if l := st.idx.lanes[name]; l != nil && len(l.ids) > 1 && l.ids[0] == r.ID {
+	if l := st.idx.lanes[r.lane()]; l != nil && len(l.ids) > 1 && l.ids[0] == r.ID {
 		nextID = l.ids[1]
 	}
 	st.mu.Unlock()
 	var (
-		next                     *Record
-		oldSize, newSize         int
-		nextOldSize, nextNewSize int
+		next             *Record
+		oldSize, newSize int
 	)
-	err := st.guard(func() error {
-		return st.write(func(tx *bolt.Tx) error {
-			next = nil // this may run twice
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			var ok bool
-			if oldSize, newSize, ok, err = b.replace(r, InFlight); err != nil {
-				return err
-			} else if !ok {
-				return fmt.Errorf("%w: record %d", ErrMovedOn, r.ID)
-			}
-			if nextID == 0 {
-				return nil
-			}
-			n, _, err := b.get(nextID)
-			if err != nil || n == nil || n.State != Pending || !lease(n) {
-				return nil // a damaged or changed record is Head's to handle, on the usual path
-			}
-			if nextOldSize, nextNewSize, ok, err = b.replace(n, Pending); err != nil || !ok {
-				return err
-			}
-			st.mu.Lock()
-			st.hwm = advanceMark(st.hwm, n.LastAttemptAt)
-			st.mu.Unlock()
-			next = n
-			return st.saveHWM(b)
-		})
+	err := st.commitWith(InFlight, r, func(b buckets) error {
+		next = nil // this may run twice
+		if nextID == 0 {
+			return nil
+		}
+		n, _, err := b.get(nextID)
+		if err != nil || n == nil || n.State != Pending || !lease(n) {
+			return nil // a damaged or changed record is Head's to handle, on the usual path
+		}
+		var ok bool
+		if oldSize, newSize, ok, err = b.replace(n, Pending); err != nil || !ok {
+			return err
+		}
+		st.mu.Lock()
+		st.hwm = advanceMark(st.hwm, n.LastAttemptAt)
+		st.mu.Unlock()
+		next = n
+		return st.saveHWM(b)
 	})
-	if errors.Is(err, ErrMovedOn) {
-		st.forget(name, r.ID)
-	}
-	if err != nil {
+	if err != nil || next == nil {
 		return nil, err
 	}
 	st.mu.Lock()
-	st.idx.moved(r, InFlight, oldSize, newSize)
-	if next != nil {
-		st.idx.moved(next, Pending, nextOldSize, nextNewSize)
-	}
+	st.idx.moved(next, Pending, oldSize, newSize)
 	st.mu.Unlock()
 	return next, nil
 }
