@@ -164,7 +164,7 @@ func (t *tally) snapshot() (map[queue.State]int, int, int) {
 
 func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error {
 	t := newTally()
-	rep := newReporter(a.stderr, f.progress)
+	rep := newReporter(a.stderr, a.rawStderr, f.progress)
 	opts.Notify = func(e queue.Event) {
 		switch e.Kind {
 		case queue.EventSettled:

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -126,7 +125,7 @@ func (a *app) lsTable(recs []*queue.Record) error {
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tSTATE\tOUTCOME\tLANE\tAGE\tATTEMPTS\tREQUEST\tLAST")
 	for _, r := range recs {
-		v := viewOf(r)
+		v := viewOf(r).text()
 		request := "(intent lost: damaged)"
 		if v.Method != "" {
 			request = v.Method + " " + v.URL
@@ -156,10 +155,14 @@ func last(v recordView) string {
 	return strings.Join(parts, " ")
 }
 
+// writeJSON writes v as indented JSON, escaped by marshalJSON.
 func writeJSON(a *app, v any) error {
-	enc := json.NewEncoder(a.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	out, err := marshalJSON(v)
+	if err != nil {
+		return err
+	}
+	_, err = a.rawStdout.Write(out)
+	return err
 }
 
 // noArgs is cobra.NoArgs as a usage error.

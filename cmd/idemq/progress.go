@@ -14,21 +14,23 @@ import (
 // reporter shows a drain's progress on stderr: a bar on a terminal, plain
 // lines elsewhere (a log, a pipe), where a bar's redraws are noise. Notes
 // come from the queue's Notify on the drainer's goroutines; mu guards the
-// writer and the bar.
+// writers and the bar.
 type reporter struct {
 	mu      sync.Mutex
-	w       io.Writer
+	w       io.Writer // lines, escaped (a textWriter)
+	raw     io.Writer // the bar, whose redraws are control bytes
 	wantBar bool
 	bar     *progressbar.ProgressBar // nil until start, and in plain mode
 }
 
-// newReporter returns a reporter writing to w; mode is auto, bar or plain.
-func newReporter(w io.Writer, mode string) *reporter {
+// newReporter returns a reporter writing lines to w and the bar to raw,
+// the same stream unescaped; mode is auto, bar or plain.
+func newReporter(w, raw io.Writer, mode string) *reporter {
 	wantBar := mode == "bar"
-	if f, ok := w.(*os.File); ok && mode == "auto" {
+	if f, ok := raw.(*os.File); ok && mode == "auto" {
 		wantBar = term.IsTerminal(int(f.Fd()))
 	}
-	return &reporter{w: w, wantBar: wantBar}
+	return &reporter{w: w, raw: raw, wantBar: wantBar}
 }
 
 // start begins the report of a drain of total records.
@@ -40,13 +42,13 @@ func (r *reporter) start(total int, line string) {
 		return
 	}
 	r.bar = progressbar.NewOptions(total,
-		progressbar.OptionSetWriter(r.w),
+		progressbar.OptionSetWriter(r.raw),
 		progressbar.OptionSetDescription("draining"),
 		progressbar.OptionShowCount(),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionSetPredictTime(false),
 		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(r.w) }),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(r.raw) }),
 	)
 	r.bar.RenderBlank()
 }
@@ -83,6 +85,6 @@ func (r *reporter) finish() {
 	defer r.mu.Unlock()
 	if r.bar != nil && !r.bar.IsFinished() {
 		r.bar.Exit()
-		fmt.Fprintln(r.w)
+		fmt.Fprintln(r.raw)
 	}
 }

@@ -156,6 +156,28 @@ func viewOf(r *queue.Record) recordView {
 	return v
 }
 
+// text returns v with every string a record, a server or an error set
+// escaped by printable: in a table or a text line such a string can
+// neither start a line of its own nor move the terminal's cursor. JSON
+// keeps v as it is.
+func (v recordView) text() recordView {
+	for _, s := range []*string{
+		&v.Lane, &v.Method, &v.URL, &v.Key, &v.LastClass, &v.LastError, &v.Reason,
+	} {
+		*s = printable(*s)
+	}
+	v.Headers = slices.Clone(v.Headers)
+	for i, h := range v.Headers {
+		v.Headers[i] = printable(h)
+	}
+	if v.Result != nil {
+		res := *v.Result
+		res.ContentType = printable(res.ContentType)
+		v.Result = &res
+	}
+	return v
+}
+
 func timeOrNil(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil

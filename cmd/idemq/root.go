@@ -31,9 +31,11 @@ const keepAll = 100 * 365 * 24 * time.Hour
 type app struct {
 	file        string
 	lockTimeout time.Duration
-	stdout      io.Writer
-	stderr      io.Writer
-	now         func() time.Time
+	// stdout and stderr take text, escaped (see textWriter); rawStdout
+	// takes JSON, escaped by marshalJSON, and rawStderr the progress bar.
+	stdout, stderr       io.Writer
+	rawStdout, rawStderr io.Writer
+	now                  func() time.Time
 	// started is set once the command line parsed and a command began to
 	// run: an error before that is a usage error.
 	started bool
@@ -51,21 +53,24 @@ func usagef(format string, args ...any) error {
 
 // run runs idemq with args and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr, now: time.Now}
+	a := &app{
+		stdout: textWriter{stdout}, stderr: textWriter{stderr},
+		rawStdout: stdout, rawStderr: stderr, now: time.Now,
+	}
 	root := a.rootCommand()
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "idemq: %v\n", err)
+	fmt.Fprintf(a.stderr, "idemq: %v\n", err)
 	var ue usageError
 	if a.started && !errors.As(err, &ue) {
 		return exitError
 	}
-	fmt.Fprintf(stderr, "Run '%s -h' for usage.\n", cmd.CommandPath())
+	fmt.Fprintf(a.stderr, "Run '%s -h' for usage.\n", cmd.CommandPath())
 	return exitUsage
 }
 
@@ -90,6 +95,11 @@ pending. idemq never removes settled records the application keeps, and never
 prints a URL's query, fragment or user info, a request body or more than a
 short prefix of an idempotency key.
 
+A path that is missing, empty or not a queue file is refused, and left as it
+is: idemq creates no file and writes to none but a queue. Text output shows
+control and bidi characters escaped (\x1b, \u202e): a record cannot repaint
+the terminal.
+
 Exit codes: 0 ok, 1 error, 2 usage.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -110,9 +120,9 @@ Exit codes: 0 ok, 1 error, 2 usage.`,
 	return root
 }
 
-// open opens the queue file with opts, after checking that it exists:
-// queue.Open would create a file that does not, and an operator's typo
-// should not become an empty queue.
+// open opens the queue file with opts, after checking that it is one (see
+// checkFile): an operator's typo must not become an empty queue, nor
+// another file a queue.
 func (a *app) open(opts queue.Options) (*queue.Queue, error) {
 	switch {
 	case a.file == "":
@@ -122,20 +132,14 @@ func (a *app) open(opts queue.Options) (*queue.Queue, error) {
 	case a.lockTimeout <= 0:
 		return nil, usagef("--lock-timeout %v: want a positive duration", a.lockTimeout)
 	}
-	fi, err := os.Stat(a.file)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("%s: no such queue file", a.file)
-	case err != nil:
+	if err := a.checkFile(); err != nil {
 		return nil, err
-	case fi.IsDir():
-		return nil, fmt.Errorf("%s is a directory, not a queue file", a.file)
 	}
 	opts.LockTimeout = a.lockTimeout
 	opts.KeepSettled = keepAll
 	q, err := queue.Open(a.file, opts)
 	if errors.Is(err, queue.ErrLocked) {
-		return nil, fmt.Errorf("%s is held by another process (the application, or another idemq); gave up after %v: stop it, or try again when it is done", a.file, a.lockTimeout)
+		return nil, a.heldError()
 	}
 	return q, err
 }

@@ -37,7 +37,7 @@ A shorter key is not shown at all; key_source says whether there is one.`,
 				if asJSON {
 					return writeJSON(a, viewOf(r))
 				}
-				return a.showText(viewOf(r))
+				return a.showText(viewOf(r).text())
 			})
 		},
 	}
@@ -45,6 +45,7 @@ A shorter key is not shown at all; key_source says whether there is one.`,
 	return cmd
 }
 
+// showText writes v, a text view (see recordView.text).
 func (a *app) showText(v recordView) error {
 	now := a.now()
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 1, ' ', 0)

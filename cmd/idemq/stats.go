@@ -140,7 +140,7 @@ func (a *app) stats(q *queue.Queue, h horizonFlags, within time.Duration) (stats
 
 func (a *app) statsText(v statsView) error {
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 1, ' ', 0)
-	fmt.Fprintf(w, "file:\t%s\n", v.File)
+	fmt.Fprintf(w, "file:\t%s\n", printable(v.File))
 	for _, s := range allStates() {
 		fmt.Fprintf(w, "%s:\t%d\n", stateName(s), v.Counts[stateName(s)])
 	}
