@@ -1,2 +1,11 @@
 // Package pgqueue keeps an idem queue in PostgreSQL, shared by service replicas.
+//
+// # Connections
+//
+// A Queue from New holds one of its pool's connections in LISTEN for its
+// whole life, so the pool must have room for at least one more: New refuses
+// a pool whose MaxConns is below MinListenConns (2), which would leave the
+// drainer and the producers waiting for a connection that never comes.
+// With Options.NoListen nothing is held, and a pool of one connection
+// serves, the drainer then looking for due lanes once a second.
 package pgqueue
