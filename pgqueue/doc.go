@@ -17,4 +17,15 @@
 // (queue.ErrMovedOn). A replica holds at most one lease of a lane at a
 // time: a lane whose lease ran out while one of its workers still works on
 // it is left to the other replicas until that worker is done.
+//
+// # Isolation levels
+//
+// EnqueueTx works in a transaction at any isolation level. At READ
+// COMMITTED, the default, nothing another transaction commits meanwhile
+// aborts it. At REPEATABLE READ and SERIALIZABLE it is aborted with SQLSTATE
+// 40001 when, after its snapshot, another transaction committed a record
+// under the same supplied key (EnqueueTx returns the error) or anything
+// that wrote the same lane's row: another producer's record of the lane,
+// a replica taking, renewing or giving back the lane (COMMIT returns it).
+// Retry the whole transaction then, as for any abort at those levels.
 package pgqueue
