@@ -43,6 +43,7 @@ func BenchmarkDepth(b *testing.B) {
 				h.State, h.Outcome, h.SettledAt = queue.Done, idem.Applied, st.Now()
 				require.NoError(b, st.Commit(queue.Pending, h))
 				require.NoError(b, st.SetNext(lane, time.Time{}))
+				st.Release(lane)
 			}
 		})
 	}

@@ -29,12 +29,28 @@ type querier interface {
 // key (queue.ErrNeedsKey), and a supplied key already queued for another
 // operation (queue.ErrKeyInUse); the same operation under the same key gives
 // the record that holds it. The queue's tables must exist (Migrate).
+//
+// Every isolation level serves. At READ COMMITTED (PostgreSQL's default) a
+// concurrent commit under the same key gives that commit's record, and one
+// into the same lane is waited for; neither aborts tx. At REPEATABLE READ and
+// SERIALIZABLE, PostgreSQL aborts tx with a serialization failure
+// (SQLSTATE 40001, a *pgconn.PgError) when another transaction committed,
+// after tx's snapshot, a record under the same supplied key (EnqueueTx
+// returns it, saying to retry), or a record of the same lane, or when a
+// replica wrote that lane's row meanwhile, taking it, renewing its lease
+// or giving it back (tx's COMMIT returns it). The caller rolls back and
+// retries the whole transaction, as with any transaction at those levels;
+// the retry gives the same operation the record that now holds its key.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error) {
 	r, err := queue.NewRecord(in, time.Time{}) // due at once; the database sets the enqueue time
 	if err != nil {
 		return 0, err
 	}
-	return insert(ctx, tx, r)
+	id, err := insert(ctx, tx, r)
+	if retryable(err) {
+		return 0, fmt.Errorf("pgqueue: enqueue: the transaction was aborted for another's sake: roll back and retry the whole transaction: %w", err)
+	}
+	return id, err
 }
 
 // Insert stores r in a transaction of its own.

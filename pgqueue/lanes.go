@@ -13,11 +13,19 @@ import (
 )
 
 // TakeDue takes the lane that fell due first and is held by no live lease,
-// skipping lanes whose rows others have locked, and writes a fresh lease
-// token into it. With no lane to take it says how long until the next one is
-// due. Every call also measures the database's clock (see Now).
+// skipping lanes whose rows others have locked and lanes a worker of this
+// store holds until it releases them, and writes a fresh lease token into
+// it. With no lane to take it says how long until the next one is due. Every
+// call also measures the database's clock (see Now).
+//
+// A lane whose lease ran out while a worker of this store still works on it
+// is left to the other replicas: the store keeps one token per lane, and a
+// second lease taken here would replace the stalled worker's token with
+// its own, so that the stalled worker's late writes would pass the fence.
+// One lease per lane and store makes the lane's token the lease's.
 func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 	token := uuid.New()
+	busy := st.busy()
 	var (
 		name    *string
 		next    *time.Time
@@ -30,7 +38,7 @@ func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 		defer cancel()
 		return st.pool.QueryRow(ctx, `WITH c AS (
 				SELECT name FROM idem_queue_lanes
-				WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now())
+				WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now()) AND name <> ALL($3)
 				ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED
 			), t AS (
 				UPDATE idem_queue_lanes l SET owner = $1, lease_until = now() + $2 * interval '1 microsecond'
@@ -40,7 +48,7 @@ func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 				(SELECT next_at FROM idem_queue_lanes
 					WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at < 'infinity'
 					ORDER BY next_at LIMIT 1),
-				clock_timestamp()`, token, leaseUS).Scan(&name, &next, &db)
+				clock_timestamp()`, token, leaseUS, busy).Scan(&name, &next, &db)
 	})
 	if err != nil {
 		return "", false, 0, wrap(err)
@@ -57,6 +65,17 @@ func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 	st.owned[*name] = taken{token: token}
 	st.mu.Unlock()
 	return *name, true, 0, nil
+}
+
+// busy returns the lanes the workers of this store hold.
+func (st *store) busy() []string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	lanes := make([]string, 0, len(st.owned))
+	for l := range st.owned {
+		lanes = append(lanes, l)
+	}
+	return lanes
 }
 
 // owner returns this replica's token for a lane it took.
@@ -218,27 +237,30 @@ func (st *store) write(old queue.State, r *queue.Record, renew bool) error {
 	return nil
 }
 
-// SetNext gives the lane back, due at next; an empty lane whose last
-// position has not moved since Head looked is parked at 'infinity' until a
-// producer's commit makes it due again (see the trigger idem_queue_place).
-// The position is checked in the row being written, so a producer's commit
-// racing this write is never missed.
+// SetNext gives the lane back to the other replicas, due at next; an empty
+// lane whose last position has not moved since Head looked is parked at
+// 'infinity' until a producer's commit makes it due again (see the trigger
+// idem_queue_place). The position is checked in the row being written, so a
+// producer's commit racing this write is never missed. This store takes the
+// lane again only after Release.
 func (st *store) SetNext(lane string, next time.Time) error {
 	t, ok := st.owner(lane)
 	if !ok {
 		return nil
 	}
-	st.mu.Lock()
-	delete(st.owned, lane)
-	st.mu.Unlock()
 	_, err := st.exec(`UPDATE idem_queue_lanes
 		SET next_at = CASE WHEN $3 AND tail = $4 THEN 'infinity'::timestamptz ELSE $5::timestamptz END, owner = NULL, lease_until = NULL
 		WHERE name = $1 AND owner = $2`, lane, t.token, t.empty, t.tail, next)
 	return err
 }
 
-// Release does nothing: SetNext gave the lane back.
-func (st *store) Release(string) {}
+// Release gives the lane back to this store's workers (see TakeDue): its
+// worker is done with it, and forgets its token.
+func (st *store) Release(lane string) {
+	st.mu.Lock()
+	delete(st.owned, lane)
+	st.mu.Unlock()
+}
 
 // Hold keeps a lane this replica holds out of every replica's schedule
 // until Wake.

@@ -25,20 +25,28 @@ type Options struct {
 	// DefaultLeaseMargin.
 	LeaseMargin time.Duration
 	// NoListen, for connection poolers that cannot LISTEN (PgBouncer in
-	// transaction mode), makes the drainer look for due lanes once a second
-	// instead of being woken by each enqueue's notification.
+	// transaction mode) and for pools of one connection, makes the drainer
+	// look for due lanes once a second instead of being woken by each
+	// enqueue's notification.
 	NoListen bool
 }
 
 // DefaultLeaseMargin is the default Options.LeaseMargin.
 const DefaultLeaseMargin = 10 * time.Second
 
+// MinListenConns is the least MaxConns of a pool New listens on: the
+// listener holds one connection for the queue's life, and the drainer and
+// producers need another.
+const MinListenConns = 2
+
 // New returns a Queue whose records are in pool's database, shared with
 // every other replica that opens it there. Run drains it: lanes are taken
 // one worker at a time across all replicas, in commit order within a lane
 // (see the package doc). Its tables must exist: call Migrate first. The
 // pool stays the caller's; the Queue holds one of its connections for
-// LISTEN unless Options.NoListen, and Close releases it.
+// LISTEN unless Options.NoListen, and Close releases it. A pool whose
+// MaxConns is below MinListenConns is refused (queue.ErrInvalidOptions)
+// unless Options.NoListen or ReadOnly: nothing would be left to drain with.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*queue.Queue, error) {
 	st, err := open(ctx, pool, opts)
 	if err != nil {
@@ -66,6 +74,9 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*store, error)
 	if opts.LeaseMargin < 0 {
 		return nil, fmt.Errorf("%w: LeaseMargin is negative (%v)", queue.ErrInvalidOptions, opts.LeaseMargin)
 	}
+	if err := checkPoolSize(pool, opts); err != nil {
+		return nil, err
+	}
 	if opts.LeaseMargin == 0 {
 		opts.LeaseMargin = DefaultLeaseMargin
 	}
@@ -92,6 +103,16 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*store, error)
 		return nil, fmt.Errorf("pgqueue: %w", err)
 	}
 	return st, nil
+}
+
+// checkPoolSize refuses a pool too small to listen on and drain at once.
+func checkPoolSize(pool *pgxpool.Pool, opts Options) error {
+	n := pool.Config().MaxConns
+	if opts.NoListen || opts.ReadOnly || n >= MinListenConns {
+		return nil
+	}
+	return fmt.Errorf("%w: the pool's MaxConns is %d, and LISTEN holds one connection for the queue's life: "+
+		"a listening queue needs at least %d (or set NoListen)", queue.ErrInvalidOptions, n, MinListenConns)
 }
 
 // must returns v, or panics with err: for the embedded migrations, which

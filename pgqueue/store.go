@@ -41,7 +41,9 @@ type store struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the listener is gone
 
-	mu     sync.Mutex // guards owned
+	mu sync.Mutex // guards owned and closed
+	// owned holds the lanes this store's workers took, from TakeDue to
+	// Release: one lease per lane, so the lane's entry is its lease's.
 	owned  map[string]taken
 	closed bool
 }

@@ -77,6 +77,7 @@ func settle(t *testing.T, st *store, r *queue.Record) {
 	r.State, r.Outcome, r.SettledAt = queue.Done, idem.Applied, st.Now()
 	require.NoError(t, st.Commit(old, r))
 	require.NoError(t, st.SetNext(r.Intent.Lane(), time.Time{}))
+	st.Release(r.Intent.Lane())
 }
 
 // park takes lane, finds it empty and gives it back, as a drainer does.
@@ -84,6 +85,7 @@ func park(t *testing.T, st *store, lane string) {
 	t.Helper()
 	require.Nil(t, takeHead(t, st, lane))
 	require.NoError(t, st.SetNext(lane, time.Time{}))
+	st.Release(lane)
 }
 
 // expire ends every lease now, as the death of their holder would once
@@ -188,6 +190,7 @@ func TestRecordDuringTheEmptyLook(t *testing.T) {
 	require.Nil(t, takeHead(t, st, "acct-1"))
 	id := enqueue(t, replica(t, pool, Options{}), "acct-1") // another replica's producer
 	require.NoError(t, st.SetNext("acct-1", time.Time{}))
+	st.Release("acct-1")
 
 	assert.Equal(t, id, take(t, st, "acct-1").ID, "the record enqueued meanwhile must not be left behind a parked lane")
 }
