@@ -10,13 +10,17 @@ import (
 
 // DefaultDoubtWindow is how long a Transport remembers a key that a
 // RoundTrip left in doubt when Transport.DoubtWindow is zero: 24 hours, the
-// least time deployed servers keep a key (Stripe's), so the longest a resend
-// under it can still meet the first request's record.
+// least time Stripe keeps a key, within which a resend under it can still
+// meet the first request's record.
 const DefaultDoubtWindow = 24 * time.Hour
 
 // DefaultDoubtKeys is how many keys in doubt a Transport remembers when
-// Transport.DoubtKeys is zero; each costs about 200 bytes.
+// Transport.DoubtKeys is zero or negative; each costs about 200 bytes.
 const DefaultDoubtKeys = 10000
+
+// doubtNote ends the reason of a RoundTrip that ended short of success
+// under a key an earlier one left in doubt: its own attempts may show none.
+const doubtNote = "; an earlier request under this key was left in doubt"
 
 // doubts remembers the keys that a Transport's RoundTrips left in doubt, so
 // that a later RoundTrip under the same key starts in doubt: an SDK that

@@ -70,6 +70,10 @@ func TestTransportDoubtOutlivesRoundTrip(t *testing.T) {
 			for i, trip := range tt.trips {
 				rep := keyedTrip(t, hc, tt.method, srv.URL+"/resources/1", trip.key)
 				assert.Equal(t, trip.want, rep.Outcome, "RoundTrip %d (%d): outcome = %v, want %v", i+1, trip.step.status, rep.Outcome, trip.want)
+				if i > 0 && trip.want == Unknown {
+					require.NotNil(t, rep.Err)
+					assert.True(t, strings.HasSuffix(rep.Err.Reason, doubtNote), "the reason says why: %q", rep.Err.Reason)
+				}
 			}
 			assert.Len(t, srv.Requests(), len(tt.trips), "one attempt per RoundTrip")
 		})
@@ -211,4 +215,25 @@ func TestDoubtsConcurrent(t *testing.T) {
 	assert.LessOrEqual(t, m.order.Len(), 8)
 	assert.Len(t, m.keys, m.order.Len())
 	assert.Equal(t, int64(m.order.Len()), m.n.Load())
+}
+
+// BenchmarkDoubtsLookup is what a keyed RoundTrip whose key is not in doubt
+// pays for the memory: its lookup at the start and its settling at the end.
+func BenchmarkDoubtsLookup(b *testing.B) {
+	for _, held := range []int{0, DefaultDoubtKeys} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			var m doubts
+			clk := newFakeClock()
+			for i := range held {
+				m.add(fmt.Sprintf("k-%d", i), clk.Now(), time.Minute, DefaultDoubtKeys)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if m.has("5f1e0c2a-7a43-4d2e-9d0e-4c1a2b3c4d5e", clk, time.Minute) {
+					b.Fatal("not in doubt")
+				}
+				m.drop("5f1e0c2a-7a43-4d2e-9d0e-4c1a2b3c4d5e")
+			}
+		})
+	}
 }

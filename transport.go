@@ -114,9 +114,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.ambiguous = prev.inDoubt || (changed && prev.outcome != NotApplied)
 	}
 	key := t.doubtKey(req)
-	r.ambiguous = r.ambiguous || t.inDoubt(key, r.clock) // an SDK's resend of a request left in doubt
+	remembered := t.inDoubt(key, r.clock) // an SDK's resend of a request left in doubt
+	r.ambiguous = r.ambiguous || remembered
 	ctx := req.Context()
 	resp, d, e := r.loop(ctx)
+	if e != nil && remembered {
+		e.Reason += doubtNote
+	}
 	if !s.used {
 		closeBody(req) // no attempt took it
 	}
