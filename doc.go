@@ -91,7 +91,10 @@
 //
 // For existing *http.Client code, Transport applies the same decisions
 // without an Intent; it never makes up a key, and a Report attached with
-// WithReport tells the outcome behind the response it hands back. The queue package keeps intents
+// WithReport tells the outcome behind the response it hands back. It
+// remembers the keys it left in doubt for a while, so that an SDK's own
+// retry under one of them reads Unknown short of success; still, turn such
+// retries off. The queue package keeps intents
 // on disk and sends them after outages and restarts, never past the time the
 // server keeps their keys.
 package idem

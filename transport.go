@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -51,9 +52,18 @@ type Transport struct {
 	// Logger and OnAttempt are as in Client.
 	Logger    *slog.Logger
 	OnAttempt func(context.Context, AttemptInfo)
+	// DoubtWindow is how long the Transport remembers a key that a
+	// RoundTrip left in doubt (Unknown), so that a later RoundTrip under the
+	// same key, an SDK's own retry, ends Unknown short of success too. If
+	// zero, DefaultDoubtWindow is used; a negative value remembers nothing.
+	DoubtWindow time.Duration
+	// DoubtKeys bounds how many keys in doubt are remembered, the oldest
+	// forgotten first. If zero or negative, DefaultDoubtKeys is used.
+	DoubtKeys int
 
 	budget  ownBudget
 	metrics metrics
+	doubts  doubts
 
 	// Seams for tests: nil means the real clock and math/rand/v2.
 	clock clock
@@ -103,8 +113,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if prev != nil {
 		r.ambiguous = prev.inDoubt || (changed && prev.outcome != NotApplied)
 	}
+	key := t.doubtKey(req)
+	remembered := t.inDoubt(key, r.clock) // an SDK's resend of a request left in doubt
+	r.ambiguous = r.ambiguous || remembered
 	ctx := req.Context()
 	resp, d, e := r.loop(ctx)
+	if e != nil && remembered {
+		e.Reason += doubtNote
+	}
 	if !s.used {
 		closeBody(req) // no attempt took it
 	}
@@ -112,6 +128,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if e != nil && resp == nil {
 		e.URL = req.URL.String()
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
+		t.settle(key, e.Outcome, changed, r.clock)
 		rep.fill(Report{Outcome: e.Outcome, Err: e, Attempts: e.Attempts}, prev, changed)
 		return nil, e
 	}
@@ -122,6 +139,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	replayed := IsReplayed(resp.Header)
 	r.obs.finish(ctx, &r, out, replayed, e)
+	t.settle(key, out, changed, r.clock)
 	if rep != nil {
 		rep.fill(Report{Outcome: out, Replayed: replayed, Err: e, Attempts: r.trail()}, prev, changed)
 	}
@@ -179,6 +197,8 @@ func isRedirect(status int) bool {
 // RoundTrip per hop, each filling the same Report: it describes the last,
 // but an earlier hop's doubt carries over, and when the redirect made a
 // write a GET (a 303, or a 301 or 302), Outcome stays the write's own.
+// Doubt carries over between RoundTrips under the same key too, as when an
+// SDK retries on top of the Transport: see Transport.DoubtWindow.
 // Read it after the call returns, from the goroutine that made it.
 type Report struct {
 	// Outcome is the operation's outcome: Applied, AlreadyApplied,

@@ -11,6 +11,7 @@ require (
 	github.com/idem-go/idem v0.0.0
 	github.com/rs/zerolog v1.35.1
 	github.com/stretchr/testify v1.12.1
+	github.com/stripe/stripe-go/v82 v82.5.1
 )
 
 require (
