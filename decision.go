@@ -227,6 +227,16 @@ const (
 	ActionRetry
 	// ActionStop ends without success.
 	ActionStop
+	// ActionHold keeps the operation and sends nothing until something
+	// outside the schedule changes: a queue holds a lane after a 401 that
+	// fresh credentials did not cure, and a host whose certificate the
+	// clock puts outside its validity dates. Client.Do never holds.
+	ActionHold
+	// ActionExpire ends without success because the next attempt could not
+	// start before the server may forget the key (or the intent's max
+	// age): a queue settles the record as expired. Client.Do never
+	// expires.
+	ActionExpire
 )
 
 func (a Action) String() string {
@@ -237,6 +247,10 @@ func (a Action) String() string {
 		return "retry"
 	case ActionStop:
 		return "stop"
+	case ActionHold:
+		return "hold"
+	case ActionExpire:
+		return "expire"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }
