@@ -44,6 +44,9 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		return now, q.settle(r, Pending, Expired, q.outcomeOf(r), reason, nil)
 	}
 	q.unholdClock()
+	if q.certHeld(r, now) {
+		return now.Add(q.opts.idle), nil
+	}
 	if err := q.lease(r, now); err != nil {
 		return now, err
 	}
@@ -114,9 +117,10 @@ func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *
 	woken := q.woken
 	q.mu.Unlock()
 	mark := q.st.Mark()
+	held := q.certHoldsNow()
 	next, err := ln.SettleLeaseNext(r, func(n *Record) bool {
 		now := q.st.Now()
-		if !q.dueAt(n, now, woken) {
+		if !q.dueAt(n, now, woken) || held.holds(n, now) {
 			return false
 		}
 		if v, _ := q.h.judge(n, now, mark); v != verdictSend {
@@ -178,6 +182,8 @@ func (q *Queue) attempt(ctx context.Context, r *Record, streak int) (time.Time, 
 	case action == idem.ActionDone:
 		tell(step, idem.ActionDone, 0)
 		return q.settleDone(ctx, r, outcome, res, streak)
+	case errors.Is(step.Cause, idem.ErrCertificateDates):
+		return q.holdCertificate(r, step, now)
 	case action == idem.ActionStop && step.Status == http.StatusUnauthorized:
 		return q.unauthorized(r, step, now)
 	case action == idem.ActionStop:
