@@ -50,7 +50,10 @@ const (
 	// ClassInvalid: the request cannot be sent as it is, and waiting will
 	// not change that: the server's TLS certificate does not verify, or the
 	// request is one net/http refuses, such as a header with a CR or LF
-	// (ErrInvalidRequest). Nothing reached the server; never retried.
+	// (ErrInvalidRequest). Nothing reached the server; never retried. A
+	// certificate refused only for its validity dates is of this class too,
+	// with its own cause (ErrCertificateDates): the clock may be what is
+	// wrong, and a queue holds its sends rather than fail them.
 	ClassInvalid
 
 	numClasses = iota // how many Class values there are, ClassNone included
@@ -227,6 +230,16 @@ const (
 	ActionRetry
 	// ActionStop ends without success.
 	ActionStop
+	// ActionHold keeps the operation and sends nothing until something
+	// outside the schedule changes: a queue holds a lane after a 401 that
+	// fresh credentials did not cure, and a host whose certificate the
+	// clock puts outside its validity dates. Client.Do never holds.
+	ActionHold
+	// ActionExpire ends without success because the next attempt could not
+	// start before the server may forget the key (or the intent's max
+	// age): a queue settles the record as expired. Client.Do never
+	// expires.
+	ActionExpire
 )
 
 func (a Action) String() string {
@@ -237,6 +250,10 @@ func (a Action) String() string {
 		return "retry"
 	case ActionStop:
 		return "stop"
+	case ActionHold:
+		return "hold"
+	case ActionExpire:
+		return "expire"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }
@@ -252,8 +269,8 @@ type decision struct {
 	// Reason says why the intent stops, for ActionStop; empty otherwise.
 	Reason string
 	// Cause is the sentinel error matching Reason, for ActionStop: ErrNoKey,
-	// ErrKeyReused, ErrServerSaidStop, ErrRedirected, ErrInvalidRequest, or
-	// nil for a plain rejection.
+	// ErrKeyReused, ErrServerSaidStop, ErrRedirected, ErrInvalidRequest,
+	// ErrCertificateDates, or nil for a plain rejection.
 	Cause error
 	// InDoubt reports that after this attempt the operation may have been
 	// applied though no answer says so: the attempt was ambiguous, net/http
@@ -307,6 +324,10 @@ func decide(f facts) decision {
 	case ClassInvalid:
 		d.Action, d.Cause = ActionStop, ErrInvalidRequest
 		d.Reason = "cannot be sent as it is: " + redact.Error(f.Err)
+		if outsideDates(f.Err) {
+			d.Cause = ErrCertificateDates
+			d.Reason = "certificate refused for its validity dates, which the clock may have wrong: " + redact.Error(f.Err)
+		}
 		return d // no answer came, so no hint either
 	}
 	applyHint(&d, f)
@@ -373,6 +394,15 @@ func permanent(err error) bool {
 	)
 	return errors.Is(err, ErrInvalidRequest) || errors.As(err, &verify) || errors.As(err, &unknown) ||
 		errors.As(err, &hostname) || errors.As(err, &invalid)
+}
+
+// outsideDates reports whether err is a certificate refused for its
+// validity dates alone: expired or not yet valid by the clock that judged it.
+// A wrong host name or an unknown authority is refused whatever the clock
+// reads.
+func outsideDates(err error) bool {
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &invalid) && invalid.Reason == x509.Expired
 }
 
 // IsReplayed reports whether a response says it is a replay of a stored

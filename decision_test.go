@@ -25,6 +25,7 @@ const (
 	stop                            // stop
 	stopRedirected                  // stop with ErrRedirected
 	stopInvalid                     // stop with ErrInvalidRequest
+	stopCertDates                   // stop with ErrCertificateDates
 )
 
 var errIO = errors.New("read: connection reset by peer")
@@ -49,6 +50,8 @@ func TestDecideTable(t *testing.T) {
 	ambiguousTimeout := scenario{name: "timeout after request", err: errIO, wire: Wire{Conns: 1, WroteHeaders: true, WroteRequest: true}}
 	invalidHeader := scenario{name: "invalid header", err: fmt.Errorf("idem: authorize: %w: header X: control byte 0x0a in value", ErrInvalidRequest)}
 	badCertificate := scenario{name: "certificate", err: &url.Error{Op: "Post", URL: "https://h/", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}, wire: Wire{}}
+	certDates := scenario{name: "certificate dates", err: &url.Error{Op: "Post", URL: "https://h/", Err: &tls.CertificateVerificationError{Err: x509.CertificateInvalidError{Reason: x509.Expired}}}}
+	certOtherReason := scenario{name: "certificate not for a server", err: &url.Error{Op: "Post", URL: "https://h/", Err: &tls.CertificateVerificationError{Err: x509.CertificateInvalidError{Reason: x509.IncompatibleUsage}}}}
 
 	type row struct {
 		sc      scenario
@@ -92,6 +95,9 @@ func TestDecideTable(t *testing.T) {
 		// Invalid: errors no wait can cure, before anything was written.
 		{invalidHeader, both, ClassInvalid, stopInvalid, nil},
 		{badCertificate, both, ClassInvalid, stopInvalid, nil},
+		{certOtherReason, both, ClassInvalid, stopInvalid, nil},
+		// Invalid by this clock: a certificate refused for its dates alone.
+		{certDates, both, ClassInvalid, stopCertDates, nil},
 		// KeyReused: 422 keyed.
 		{status(422), []bool{true}, ClassKeyReused, stop, nil},
 		// Rejected: other 4xx, 409/422 unkeyed, 3xx other than 303/304.
@@ -163,6 +169,8 @@ func expectAction(r retryRule, c Class, method string, keyed bool) (Action, erro
 		return ActionStop, ErrRedirected
 	case r == stopInvalid:
 		return ActionStop, ErrInvalidRequest
+	case r == stopCertDates:
+		return ActionStop, ErrCertificateDates
 	case c == ClassKeyReused:
 		return ActionStop, ErrKeyReused
 	}

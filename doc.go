@@ -27,7 +27,10 @@
 //     refused, DNS). The server cannot have acted; any method is resent.
 //   - invalid: nothing was sent and waiting cannot help (a TLS certificate
 //     that does not verify, a header net/http refuses): stop, NotApplied,
-//     ErrInvalidRequest.
+//     ErrInvalidRequest. A certificate refused only for its validity dates
+//     (expired or not yet valid by this machine's clock) stops too, with
+//     ErrCertificateDates instead: a wrong clock may be the cause, and a
+//     queue holds its sends until the clock is right.
 //   - not processed: 408, 425, 429, or 409 for a keyed request (the same key
 //     is in flight). Resent after Retry-After or backoff.
 //   - ambiguous: the request may have reached the server and no complete

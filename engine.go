@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"time"
 
 	"github.com/idem-go/idem/internal/engine"
 )
@@ -37,11 +38,16 @@ func attemptOnce(ctx context.Context, call engine.Call) (engine.Step, error) {
 	if err != nil {
 		return engine.Step{}, err
 	}
-	r.obs.attempt(ctx, &r, d.Action)
 	a := r.latest
 	s := engine.Step{
 		Class: uint8(d.Class), Action: uint8(d.Action), Outcome: uint8(d.Outcome), InDoubt: d.InDoubt,
-		Reason: d.Reason, Status: a.Status, Err: a.Err, Response: resp,
+		Reason: d.Reason, Cause: d.Cause, Status: a.Status, Err: a.Err, Response: resp,
+		// The caller's schedule decides what follows, not the table's
+		// Action: observers hear of the attempt once it has.
+		Report: func(action uint8, wait time.Duration) {
+			r.latest.Wait = wait
+			r.obs.attempt(ctx, &r, Action(action))
+		},
 	}
 	if resp != nil {
 		s.RetryAfter, _ = parseRetryAfter(resp.Header.Get("Retry-After"), r.clock.Now())

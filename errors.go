@@ -90,9 +90,19 @@ var (
 	// ErrInvalidRequest is returned when a request cannot be sent as it is
 	// and waiting will not change that: a header net/http refuses (a
 	// hop-by-hop header, a control byte in a value, as an Authorize hook may
-	// add), a TLS certificate that does not verify, an invalid address. The
-	// outcome is NotApplied: nothing reached the server.
+	// add), a TLS certificate that does not verify (other than for its
+	// dates: ErrCertificateDates), an invalid address. The outcome is
+	// NotApplied: nothing reached the server.
 	ErrInvalidRequest = errors.New("idem: invalid request")
+	// ErrCertificateDates is returned when the server's TLS certificate was
+	// refused only for its validity dates: expired or not yet valid by this
+	// machine's clock. A device whose clock is wrong refuses every valid
+	// certificate so. Nothing reached the server and the outcome is
+	// NotApplied; unlike ErrInvalidRequest, setting the clock right may
+	// cure it, and a queue holds its sends rather than fail them. The
+	// x509.CertificateInvalidError, with the certificate and its dates, is
+	// reachable with errors.As.
+	ErrCertificateDates = errors.New("idem: certificate validity dates disagree with the clock")
 
 	// ErrInvalidIntent is returned by NewIntent and UnmarshalBinary for a bad
 	// method, URL, header, lane or encoding, and by Client.Do and

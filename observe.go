@@ -78,8 +78,13 @@ type AttemptInfo struct {
 	N int
 	// Attempt is the attempt's record.
 	Attempt Attempt
-	// Action is what followed: done, a retry after Attempt.Wait, or stop
-	// (the decision table's, or the policy's, budget's or context's).
+	// Action is what followed: done, a retry after Attempt.Wait (unless
+	// the context ends during the wait), or stop (the decision table's, or
+	// the policy's, budget's or context's). For an attempt a queue made,
+	// it is what the queue did next, which its schedule decides: a retry
+	// after the wait it scheduled, stop when it failed the record, expire
+	// when the next attempt would pass the horizon, hold when it held the
+	// lane (a second 401) or the host (ActionHold).
 	Action Action
 }
 

@@ -49,6 +49,16 @@ func TestAttemptAttrs(t *testing.T) {
 			Attempt: idem.Attempt{Class: idem.ClassAlreadyApplied, Status: 404}},
 		want: "http.request.method=DELETE http.request.resend_count=1 http.response.status_code=404 idem.action=done idem.class=already_applied",
 	}, {
+		name: "a queue holds the lane after a second 401",
+		info: idem.AttemptInfo{Method: "POST", N: 1, Action: idem.ActionHold,
+			Attempt: idem.Attempt{Class: idem.ClassRejected, Status: 401}},
+		want: "error.type=401 http.request.method=POST http.response.status_code=401 idem.action=hold idem.class=rejected",
+	}, {
+		name: "a queue expires the record rather than retry past the horizon",
+		info: idem.AttemptInfo{Method: "POST", N: 1, Action: idem.ActionExpire,
+			Attempt: idem.Attempt{Class: idem.ClassAmbiguous, Status: 503}},
+		want: "error.type=503 http.request.method=POST http.response.status_code=503 idem.action=expire idem.class=ambiguous",
+	}, {
 		name: "a method the conventions do not know",
 		info: idem.AttemptInfo{Method: "PURGE", N: 1, Action: idem.ActionDone,
 			Attempt: idem.Attempt{Class: idem.ClassApplied, Status: 200}},

@@ -58,7 +58,7 @@
 //	                           "connection_refused", "connection_reset", "connection_closed",
 //	                           "tls_certificate", "invalid_request" or "_OTHER"; absent otherwise
 //	idem.class                 "ambiguous": the attempt's idem.Class
-//	idem.action                "retry": what followed, "done", "retry" or "stop"
+//	idem.action                "retry": what followed, "done", "retry", "stop", "hold" or "expire"
 //
 // The first four are OpenTelemetry's semantic conventions for HTTP clients;
 // the names and values of idem's own are the constants of this package. A
@@ -69,8 +69,10 @@
 //
 // idem.operations and idem.replays count the operations Client.Do and
 // Transport.RoundTrip finished. A queue makes its attempts one at a time
-// through its client: they count in idem.attempts, with the action their
-// decision gave ("retry" when the queue will try again), but a queue's
+// through its client: they count in idem.attempts, with what the queue did
+// next ("retry" when it will try again, "stop" when it failed the record,
+// "expire" when the next attempt would pass the horizon, "hold" when it held
+// a lane after a 401 or a host for its certificate's dates), but a queue's
 // records end in idem.queue.records, not in idem.operations. Each of them
 // is a first attempt to the client, so it has no
 // http.request.resend_count.

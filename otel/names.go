@@ -47,7 +47,7 @@ const (
 	// "invalid".
 	AttrClass = attribute.Key("idem.class")
 	// AttrAction is the idem.Action that followed the attempt: "done",
-	// "retry" or "stop".
+	// "retry", "stop", "hold" or "expire" (the last two only from a queue).
 	AttrAction = attribute.Key("idem.action")
 	// AttrOutcome is an operation's idem.Outcome: "applied",
 	// "already_applied", "not_applied" or "unknown".

@@ -1,9 +1,11 @@
 package idemotel
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,4 +48,33 @@ func TestObserveQueue(t *testing.T) {
 	require.NoError(t, q.Close())
 	got = collect(t, reader)
 	assert.Empty(t, got[MetricQueueRecords].points, "%s after Unregister", MetricQueueRecords)
+}
+
+// TestInstrumentQueueAttempt: an attempt a queue makes through an
+// instrumented client is recorded with what the queue did next: a 503 on
+// the only attempt the policy allows fails the record, so the action is
+// "stop", not the "retry" the decision table advises.
+func TestInstrumentQueueAttempt(t *testing.T) {
+	reader, provider := newReader(t)
+	client := &idem.Client{}
+	_, err := Instrument(client, provider)
+	require.NoError(t, err)
+	srv := scripted(t, []int{http.StatusServiceUnavailable})
+	q, err := queue.Open(filepath.Join(t.TempDir(), "q.db"), queue.Options{Client: client, Policy: idem.Policy{MaxAttempts: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	go func() { _ = q.Run(ctx) }()
+
+	in, err := idem.NewIntent(http.MethodPost, srv.URL+"/orders", []byte(`{}`))
+	require.NoError(t, err)
+	id, err := q.Enqueue(ctx, in)
+	require.NoError(t, err)
+	r, err := q.Wait(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, queue.Failed, r.State)
+
+	assert.Equal(t, points{"error.type=503 http.request.method=POST http.response.status_code=503 idem.action=stop idem.class=ambiguous": 1},
+		collect(t, reader)[MetricAttempts].points, MetricAttempts)
 }

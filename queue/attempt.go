@@ -44,6 +44,9 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		return now, q.settle(r, Pending, Expired, q.outcomeOf(r), reason, nil)
 	}
 	q.unholdClock()
+	if q.certHeld(r, now) {
+		return now.Add(q.opts.idle), nil
+	}
 	if err := q.lease(r, now); err != nil {
 		return now, err
 	}
@@ -114,9 +117,10 @@ func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *
 	woken := q.woken
 	q.mu.Unlock()
 	mark := q.st.Mark()
+	held := q.certHoldsNow()
 	next, err := ln.SettleLeaseNext(r, func(n *Record) bool {
 		now := q.st.Now()
-		if !q.dueAt(n, now, woken) {
+		if !q.dueAt(n, now, woken) || held.holds(n, now) {
 			return false
 		}
 		if v, _ := q.h.judge(n, now, mark); v != verdictSend {
@@ -172,52 +176,73 @@ func (q *Queue) attempt(ctx context.Context, r *Record, streak int) (time.Time, 
 	if step.InDoubt { // ambiguous, resent by net/http, or a keyed 409
 		r.Ambiguous = true
 	}
+	// Each branch reports what the queue does next, which the table's
+	// action only advises: its schedule may fail, expire or hold instead.
 	switch action, outcome := idem.Action(step.Action), idem.Outcome(step.Outcome); {
 	case action == idem.ActionDone:
+		tell(step, idem.ActionDone, 0)
 		return q.settleDone(ctx, r, outcome, res, streak)
+	case errors.Is(step.Cause, idem.ErrCertificateDates):
+		return q.holdCertificate(r, step, now)
 	case action == idem.ActionStop && step.Status == http.StatusUnauthorized:
-		return q.unauthorized(r, now)
+		return q.unauthorized(r, step, now)
 	case action == idem.ActionStop:
+		tell(step, idem.ActionStop, 0)
 		return now, q.settleLeased(r, Failed, outcome, step.Reason, res)
 	}
-	return q.retryLater(r, class, step.RetryAfter, now)
+	return q.retryLater(r, step, now)
 }
 
-// retryLater schedules the next attempt of r, whose last attempt had class
-// c, or settles it when no attempt could be made in time.
-func (q *Queue) retryLater(r *Record, c idem.Class, retryAfter time.Duration, now time.Time) (time.Time, error) {
-	if c == idem.ClassNeverSent {
+// tell reports to the Client's observers what the queue does after the
+// attempt step, with the wait before a retry.
+func tell(step engine.Step, a idem.Action, wait time.Duration) {
+	if step.Report != nil {
+		step.Report(uint8(a), wait)
+	}
+}
+
+// retryLater schedules the next attempt of r after the attempt step, or
+// settles r when no attempt could be made in time.
+func (q *Queue) retryLater(r *Record, step engine.Step, now time.Time) (time.Time, error) {
+	if idem.Class(step.Class) == idem.ClassNeverSent {
 		r.unsend()
 	}
-	p := q.opts.Policy
+	p, retryAfter := q.opts.Policy, step.RetryAfter
 	if p.MaxAttempts > 0 && r.NumAttempts >= p.MaxAttempts {
+		tell(step, idem.ActionStop, 0)
 		return now, q.settleLeased(r, Failed, q.outcomeOf(r), fmt.Sprintf("attempts exhausted (%d)", r.NumAttempts), nil)
 	}
 	if p.MaxRetryAfter > 0 && retryAfter > p.MaxRetryAfter {
+		tell(step, idem.ActionStop, 0)
 		reason := fmt.Sprintf("server asked to wait %v (Retry-After), over the %v cap", retryAfter, p.MaxRetryAfter)
 		return now, q.settleLeased(r, Failed, q.outcomeOf(r), reason, nil)
 	}
 	wait := max(q.backoff(r), retryAfter)
 	next := now.Add(wait)
 	if ok, reason := q.h.fitsBefore(r, next); !ok {
+		tell(step, idem.ActionExpire, 0)
 		if retryAfter > 0 {
 			reason = fmt.Sprintf("the server asked to wait %v (Retry-After): %s", retryAfter, reason)
 		}
 		return now, q.settleLeased(r, Expired, q.outcomeOf(r), reason, nil)
 	}
+	tell(step, idem.ActionRetry, wait)
 	return next, q.requeue(r, next)
 }
 
-// unauthorized handles a 401: one more attempt at once with fresh
-// credentials, then the lane is held and reported, its records kept.
-func (q *Queue) unauthorized(r *Record, now time.Time) (time.Time, error) {
+// unauthorized handles a 401, the attempt step: one more attempt at once
+// with fresh credentials, then the lane is held and reported, its records
+// kept.
+func (q *Queue) unauthorized(r *Record, step engine.Step, now time.Time) (time.Time, error) {
 	if !r.Ambiguous {
 		r.unsend() // a 401 comes before any effect; the key was not used
 	}
 	if !r.reauthorized {
 		r.reauthorized = true
+		tell(step, idem.ActionRetry, 0)
 		return now, q.requeue(r, now)
 	}
+	tell(step, idem.ActionHold, 0)
 	if err := q.requeue(r, now); err != nil {
 		return now, err
 	}

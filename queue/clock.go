@@ -13,7 +13,8 @@ import (
 // than Options.ClockTolerance, nothing is sent (EventClockHeld), and only
 // the clock catching up, or ResetClock, ends that. Call it only once the
 // clock is known to be right: the mark is what stops a clock set back from
-// hiding a horizon.
+// hiding a horizon. It also ends the holds on hosts whose certificate was
+// refused for its dates, so that each is tried again.
 //
 // Records first sent while the clock read ahead keep that FirstSentAt; the
 // next judgement finds it later than the clock and expires them (Outcome
@@ -39,6 +40,7 @@ func (q *Queue) ResetClock(ctx context.Context) error {
 	}
 	q.mu.Lock()
 	q.held = false
+	q.endCertHolds()
 	err = q.st.Rejudge(now) // held lanes wait for idle; judge them now
 	q.mu.Unlock()
 	if err != nil {

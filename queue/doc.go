@@ -54,6 +54,16 @@
 // ahead, later than the clock now reads, expires: its horizon cannot be
 // judged.
 //
+// A TLS certificate refused only for its validity dates
+// (idem.ErrCertificateDates: expired or not yet valid by this clock, as
+// every certificate is to a clock that is wrong) is a clock question too:
+// the record is not failed and the attempt is not counted; sends to that
+// host are held and reported (EventClockHeld, naming the host and the
+// certificate's dates) until the clock reads within those dates, or Wake or
+// ResetClock; the hold is not kept in the file, so a restart tries the host
+// once more. A certificate for another host, or from an unknown authority,
+// still fails the record (idem.ErrInvalidRequest).
+//
 // # What is guaranteed
 //
 //   - An intent Enqueue accepted is in the file; it is settled or still
@@ -78,7 +88,8 @@
 // reaching the network the drainer treats the device as offline and probes
 // with a growing delay; call Wake when the application knows the network is
 // back. A request that cannot be sent as it is (idem.ErrInvalidRequest: a
-// TLS certificate that does not verify, a header net/http refuses) fails its
+// TLS certificate that does not verify, for other than its dates, a header
+// net/http refuses) fails its
 // record at once, NotApplied unless in doubt, and counts neither way for
 // offline detection, so one lane's bad requests cannot flip the queue
 // offline while other lanes get through. A 401 gets one more attempt with fresh credentials from

@@ -25,6 +25,9 @@ const (
 	EventOnline
 	// EventClockHeld: the clock reads earlier than a time the queue has
 	// seen; no send until it catches up, since no horizon can be judged.
+	// Or a host's TLS certificate was refused for its validity dates
+	// (idem.ErrCertificateDates); no send to that host until the clock
+	// reads within them, Wake or ResetClock.
 	EventClockHeld
 	// EventError: the drainer met an error it will retry, such as a failed
 	// commit.

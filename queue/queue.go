@@ -201,6 +201,7 @@ type Queue struct {
 	offline  offlineState
 	woken    time.Time // when Wake was last called
 	held     bool      // sends are held for the clock: EventClockHeld was sent
+	dateHold certHolds // hosts whose certificate the clock put out of its dates
 	closing  bool      // Close has begun: Run stops
 	running  bool
 	stop     context.CancelFunc // ends a running drainer

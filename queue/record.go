@@ -314,7 +314,7 @@ func decodeFields(body []byte) (r *Record, lane string, err error) {
 	r.NumAttempts = int(d.Uvarint(math.MaxInt32, "attempts"))
 	r.NextAttempt, r.FirstSentAt = d.Time("NextAttempt"), d.Time("FirstSentAt")
 	r.EnqueuedAt, r.LastAttemptAt = d.Time("EnqueuedAt"), d.Time("LastAttemptAt")
-	r.LastClass = idem.Class(d.Uvarint(uint64(idem.ClassRejected), "class"))
+	r.LastClass = idem.Class(d.Uvarint(uint64(idem.ClassInvalid), "class"))
 	r.LastStatus = int(d.Uvarint(999, "status"))
 	r.LastError, r.Reason = d.String("last error"), d.String("reason")
 	r.ResubmittedAs = ID(d.Uvarint(math.MaxUint64, "resubmitted ID"))

@@ -8,15 +8,17 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// Wake tells the drainer the network is back: it ends an offline wait and
-// lane holds, and makes records whose last attempt was never sent due at
-// once. Retry-After waits the server asked for still hold.
+// Wake tells the drainer the network is back: it ends an offline wait, lane
+// holds and the holds on hosts whose certificate the clock put outside its
+// dates, and makes records whose last attempt was never sent due at once.
+// Retry-After waits the server asked for still hold.
 func (q *Queue) Wake() {
 	q.mu.Lock()
 	now := q.st.Now()
 	q.woken = now
 	wasOffline := q.offline.on
 	q.offline = offlineState{}
+	q.endCertHolds()
 	err := q.st.Wake(now)
 	q.mu.Unlock()
 	if err != nil {

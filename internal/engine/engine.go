@@ -41,6 +41,9 @@ type Step struct {
 	InDoubt bool
 	// Reason says why the decision is to stop; empty otherwise.
 	Reason string
+	// Cause is the sentinel behind a decision to stop, such as
+	// idem.ErrCertificateDates; nil otherwise.
+	Cause error
 	// Status is the status of the request's own answer; 0 when none came.
 	Status int
 	// Err is the attempt's transport error; nil when an answer came.
@@ -49,6 +52,13 @@ type Step struct {
 	Response *http.Response
 	// RetryAfter is the wait the answer asked for, not capped; 0 for none.
 	RetryAfter time.Duration
+	// Report tells the Client's counters, logger and OnAttempt hook what
+	// followed the attempt: action (an idem.Action) and, for a retry, the
+	// wait before it. The decision table's Action is only advice to a
+	// caller that keeps its own schedule, so the attempt is not reported
+	// until the caller has decided: it calls Report exactly once, before
+	// any further attempt. Attempt sets it; it is never nil.
+	Report func(action uint8, wait time.Duration)
 }
 
 // Impl is what package idem registers.
