@@ -26,12 +26,7 @@ import (
 // tables (default the latest), to compare with an earlier one, and
 // IDEM_BENCH_LANE_SPREAD=0 leaves out lanes=n.
 func BenchmarkLaneCommit(b *testing.B) {
-	version := len(must(migrationSteps()))
-	if s := os.Getenv("IDEM_BENCH_LANE_VERSION"); s != "" {
-		var err error
-		version, err = strconv.Atoi(s)
-		require.NoError(b, err)
-	}
+	version := benchVersion(b)
 	spreads := []bool{false, true}
 	if os.Getenv("IDEM_BENCH_LANE_SPREAD") == "0" {
 		spreads = spreads[:1]
@@ -59,10 +54,7 @@ func BenchmarkLaneCommit(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("lanes=%d/n=%d", lanes, n), func(b *testing.B) {
 				ctx := context.Background()
-				pool, err := pgxpool.New(ctx, pgtest.DB(b))
-				require.NoError(b, err)
-				b.Cleanup(pool.Close)
-				require.NoError(b, migrate(ctx, pool, must(migrationSteps())[:version]))
+				pool := benchPool(b, version)
 				var spent time.Duration
 				for b.Loop() {
 					tx, err := pool.Begin(ctx)
@@ -81,4 +73,53 @@ func BenchmarkLaneCommit(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkOneRecordCommit: the commit of a transaction that queued one
+// record, the common case, measured in the server (a DO block of 1000
+// transactions, so that no round trip is counted): us-per-commit, into one
+// lane and spread over 100. IDEM_BENCH_LANE_VERSION as for
+// BenchmarkLaneCommit.
+func BenchmarkOneRecordCommit(b *testing.B) {
+	version := benchVersion(b)
+	for _, lanes := range []int{1, 100} {
+		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) {
+			pool := benchPool(b, version)
+			const n = 1000
+			sql := fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP
+				INSERT INTO idem_queue_records (lane, state, record) VALUES ('lane-' || (i %% %d), 1, '\x00');
+				COMMIT;
+				END LOOP; END $$`, n, lanes)
+			var spent time.Duration
+			for b.Loop() {
+				start := time.Now()
+				_, err := pool.Exec(context.Background(), sql)
+				require.NoError(b, err)
+				spent += time.Since(start)
+			}
+			b.ReportMetric(float64(spent.Nanoseconds())/1000/float64(b.N*n), "us-per-commit")
+		})
+	}
+}
+
+// benchVersion is the version of the tables IDEM_BENCH_LANE_VERSION names,
+// by default the latest.
+func benchVersion(b *testing.B) int {
+	s := os.Getenv("IDEM_BENCH_LANE_VERSION")
+	if s == "" {
+		return len(must(migrationSteps()))
+	}
+	v, err := strconv.Atoi(s)
+	require.NoError(b, err)
+	return v
+}
+
+// benchPool returns a pool on a fresh database with the tables at version.
+func benchPool(b *testing.B, version int) *pgxpool.Pool {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.DB(b))
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	require.NoError(b, migrate(ctx, pool, must(migrationSteps())[:version]))
+	return pool
 }
