@@ -45,7 +45,8 @@ func laneOrder(t *testing.T, pool *pgxpool.Pool, lane string) []queue.ID {
 // record, once for all the others), not once a record: each write of the
 // row in one transaction is a new version of it that the next has to step
 // over, so a write a record made the commit quadratic in the records
-// (16,000 in one lane: seconds, holding the lane's lock).
+// (16,000 in one lane: seconds, holding the lane's lock). The lanes it
+// placed records in are due again.
 func TestLaneWritesATransaction(t *testing.T) {
 	pool := migrated(t)
 	ctx := waitCtx(t)
@@ -57,6 +58,8 @@ func TestLaneWritesATransaction(t *testing.T) {
 		}
 		return nil
 	}))
+	_, err := pool.Exec(ctx, "UPDATE idem_queue_lanes SET next_at = 'infinity'") // parked, as if drained
+	require.NoError(t, err)
 
 	const n = 200
 	tx, err := pool.Begin(ctx)
@@ -87,6 +90,8 @@ func TestLaneWritesATransaction(t *testing.T) {
 	for _, l := range lanes {
 		assert.Equal(t, want[l], laneOrder(t, pool, l), "lane %s", l)
 	}
+	assert.Zero(t, countRows(t, pool, "SELECT count(*) FROM idem_queue_lanes WHERE next_at = 'infinity'"),
+		"parked lanes the commit placed records in are due again")
 }
 
 // TestLaneOrderOfTransactions: records a transaction queues in a lane are
