@@ -28,4 +28,38 @@
 // that wrote the same lane's row: another producer's record of the lane,
 // a replica taking, renewing or giving back the lane (COMMIT returns it).
 // Retry the whole transaction then, as for any abort at those levels.
+//
+// # Rolling upgrades
+//
+// The queue's tables carry a version (the table idem_queue_migrations),
+// raised by Migrate one step at a time; a build of this package knows the
+// tables up to some version N. New refuses tables of another version, and
+// a replica already running, whose build knows only N, stops draining the
+// moment a newer build's migration to N+1 commits: the statements that
+// take a lane and read a lane's head read the version themselves and
+// refuse (ErrTablesNewer), since version N+1 may order a lane otherwise
+// than N does, and a head chosen by N's rules could then be sent out of
+// lane order. An attempt begun before the migration committed ends, and
+// its result is stored; the lane is then given back for a newer replica
+// to take. Enqueue and EnqueueTx go on working in the older replica: a
+// record's place in its lane is given at commit by the database's own
+// trigger, which the migration replaced.
+//
+// To upgrade a fleet: start one replica of the new build, or run its
+// Migrate (or MigrationFiles with your tool) before it; from the
+// migration's commit on, every replica of the older build takes no lane
+// and reports an EventError wrapping ErrTablesNewer each time it looks for
+// one, while the new replicas drain; then roll the older replicas. Run one
+// version's build at a time against a version's tables: a build two
+// versions behind is refused the same way.
+//
+// Every new version of the tables keeps this rule and these promises:
+// its build knows the version in the statements that take a lane and read
+// a head (the migration only raises the number those statements compare);
+// its migration keeps the order of the records already placed; and the
+// previous build's statements that go on during a roll (inserting a
+// record, settling, rescheduling and giving back a lane, sweeping) stay
+// valid against the new tables: new columns have defaults or may be NULL,
+// and nothing the previous build reads or writes is renamed or dropped
+// before the version after.
 package pgqueue

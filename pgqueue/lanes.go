@@ -23,6 +23,11 @@ import (
 // second lease taken here would replace the stalled worker's token with
 // its own, so that the stalled worker's late writes would pass the fence.
 // One lease per lane and store makes the lane's token the lease's.
+//
+// It takes none once the tables are newer than this build knows
+// (ErrTablesNewer): the version is read in the statement that takes, so
+// from the commit of a newer replica's migration on, which may change how
+// lanes are ordered, this replica drains nothing more.
 func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 	token := uuid.New()
 	busy := st.busy()
@@ -30,15 +35,19 @@ func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 		name    *string
 		next    *time.Time
 		db      time.Time
+		version int
 		sent    = time.Now()
 		leaseUS = st.lease.Microseconds()
 	)
 	err := retry(func() error {
 		ctx, cancel := st.op()
 		defer cancel()
-		return st.pool.QueryRow(ctx, `WITH c AS (
+		return st.pool.QueryRow(ctx, `WITH v AS (
+				SELECT coalesce(max(version), 0) AS version FROM idem_queue_migrations
+			), c AS (
 				SELECT name FROM idem_queue_lanes
 				WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now()) AND name <> ALL($3)
+					AND (SELECT version FROM v) <= $4
 				ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED
 			), t AS (
 				UPDATE idem_queue_lanes l SET owner = $1, lease_until = now() + $2 * interval '1 microsecond'
@@ -48,12 +57,15 @@ func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 				(SELECT next_at FROM idem_queue_lanes
 					WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at < 'infinity'
 					ORDER BY next_at LIMIT 1),
-				clock_timestamp()`, token, leaseUS, busy).Scan(&name, &next, &db)
+				clock_timestamp(), (SELECT version FROM v)`, token, leaseUS, busy, st.known).Scan(&name, &next, &db, &version)
 	})
 	if err != nil {
 		return "", false, 0, wrap(err)
 	}
 	st.measure(sent, time.Now(), db)
+	if version > st.known {
+		return "", false, 0, st.tooNew(version)
+	}
 	if name == nil {
 		var wait time.Duration
 		if next != nil {
@@ -76,6 +88,13 @@ func (st *store) busy() []string {
 		lanes = append(lanes, l)
 	}
 	return lanes
+}
+
+// tooNew is the error of a statement that found the tables at version, newer
+// than this build knows.
+func (st *store) tooNew(version int) error {
+	return fmt.Errorf("%w: they are at version %d, this replica knows up to %d: it drains no lane; roll it to the newer build",
+		ErrTablesNewer, version, st.known)
 }
 
 // owner returns this replica's token for a lane it took.
@@ -139,6 +158,8 @@ func (st *store) quarantine(lane string, head *queue.Record, data []byte, cause 
 // head reads the first unsettled record of a lane this replica holds. For a
 // record that does not decode it returns the record's ID alone in r, its
 // stored bytes in data, and the decoding error, wrapping queue.ErrDamaged.
+// Tables newer than this build knows give ErrTablesNewer: the head it
+// would find by its own rules may not be the lane's (see TakeDue).
 func (st *store) head(lane string) (r *queue.Record, data []byte, err error) {
 	t, ok := st.owner(lane)
 	if !ok {
@@ -150,18 +171,23 @@ func (st *store) head(lane string) (r *queue.Record, data []byte, err error) {
 		tail     int64
 		id       *int64
 		enqueued *time.Time
+		version  int
 	)
-	err = st.pool.QueryRow(ctx, `SELECT l.tail, r.id, r.enqueued_at, r.record FROM idem_queue_lanes l
+	err = st.pool.QueryRow(ctx, `SELECT l.tail, r.id, r.enqueued_at, r.record,
+			(SELECT coalesce(max(version), 0) FROM idem_queue_migrations) FROM idem_queue_lanes l
 		LEFT JOIN LATERAL (
 			SELECT id, enqueued_at, record FROM idem_queue_records
 			WHERE lane = l.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
 		) r ON true
-		WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&tail, &id, &enqueued, &data)
+		WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&tail, &id, &enqueued, &data, &version)
 	if errors.Is(err, pgx.ErrNoRows) { // taken over: not this replica's lane now
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, wrap(err)
+	}
+	if version > st.known {
+		return nil, nil, st.tooNew(version)
 	}
 	t.tail, t.empty = tail, id == nil
 	st.mu.Lock()

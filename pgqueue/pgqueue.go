@@ -48,7 +48,13 @@ const MinListenConns = 2
 // MaxConns is below MinListenConns is refused (queue.ErrInvalidOptions)
 // unless Options.NoListen or ReadOnly: nothing would be left to drain with.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*queue.Queue, error) {
-	st, err := open(ctx, pool, opts)
+	return newKnowing(ctx, pool, opts, len(must(migrationSteps())))
+}
+
+// newKnowing is New for a build that knows the tables up to version known:
+// tests play an older build with it.
+func newKnowing(ctx context.Context, pool *pgxpool.Pool, opts Options, known int) (*queue.Queue, error) {
+	st, err := openKnowing(ctx, pool, opts, known)
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +74,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*queue.Queue, e
 // open checks the tables' version and returns a store on them, its listener
 // not started.
 func open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*store, error) {
+	return openKnowing(ctx, pool, opts, len(must(migrationSteps())))
+}
+
+// openKnowing is open for a build that knows the tables up to version
+// known: tests play an older build with it.
+func openKnowing(ctx context.Context, pool *pgxpool.Pool, opts Options, known int) (*store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", queue.ErrInvalidOptions)
 	}
@@ -88,12 +100,15 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*store, error)
 	if err := pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM idem_queue_migrations").Scan(&version); err != nil {
 		return nil, fmt.Errorf("pgqueue: the queue's tables are not there (call Migrate first): %w", err)
 	}
-	if want := len(must(migrationSteps())); version != want {
-		return nil, fmt.Errorf("pgqueue: the queue's tables are at version %d, this package needs %d: call Migrate", version, want)
+	if version > known {
+		return nil, fmt.Errorf("%w: the queue's tables are at version %d, this package knows up to %d: upgrade the package", ErrTablesNewer, version, known)
+	}
+	if version != known {
+		return nil, fmt.Errorf("pgqueue: the queue's tables are at version %d, this package needs %d: call Migrate", version, known)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	st := &store{
-		pool: pool, opts: opts, lease: timeout + opts.LeaseMargin,
+		pool: pool, opts: opts, lease: timeout + opts.LeaseMargin, known: known,
 		wake: make(chan struct{}, 1), owned: map[string]taken{},
 		settles: make(chan queue.ID, settleBuffer), self: uuid.NewString(),
 		ctx: sctx, cancel: cancel, done: make(chan struct{}),

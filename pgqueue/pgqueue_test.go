@@ -293,35 +293,52 @@ func TestLaneOrderIsCommitOrder(t *testing.T) {
 	assert.Equal(t, []string{"/acct/first-committed", "/acct/first-enqueued"}, srv.got())
 }
 
-// TestMigrateKeepsLaneOrder: records placed under version 1 of the tables
-// stay ahead of those placed after Migrate brings them to the latest, and
-// each version keeps commit order.
+// TestMigrateKeepsLaneOrder: records placed under each earlier version of
+// the tables stay ahead of those placed after Migrate brings them to the
+// latest, and each version keeps commit order, for a record a transaction
+// and for several in one.
 func TestMigrateKeepsLaneOrder(t *testing.T) {
-	pool := unmigrated(t)
-	srv := newPaths(t)
-	ctx := waitCtx(t)
-	v1, err := fs.ReadFile(pgqueue.MigrationFiles(), "0001_queue.sql")
-	require.NoError(t, err)
-	for _, sql := range []string{"CREATE TABLE idem_queue_migrations (version integer PRIMARY KEY)", string(v1),
-		"INSERT INTO idem_queue_migrations VALUES (1)"} {
-		_, err := pool.Exec(ctx, sql)
-		require.NoError(t, err)
-	}
-	a1, a2 := crossCommitTagged(t, pool, srv.URL, "acct", "/v1") // placed by version 1
-	b1, b2 := crossCommitTagged(t, pool, srv.URL, "other", "/v1")
-	require.NoError(t, pgqueue.Migrate(ctx, pool))
-	a3, a4 := crossCommitTagged(t, pool, srv.URL, "acct", "/v2") // placed by the latest
-	b3, b4 := crossCommitTagged(t, pool, srv.URL, "other", "/v2")
-
-	drainAll(t, pool, a1, a2, a3, a4, b1, b2, b3, b4)
-	for _, lane := range []string{"acct", "other"} {
-		var sent []string
-		for _, p := range srv.got() {
-			if rest, ok := strings.CutPrefix(p, "/"+lane+"/"); ok {
-				sent = append(sent, rest)
+	for from := 1; from < pgqueue.LatestVersion(); from++ {
+		t.Run(fmt.Sprintf("from version %d", from), func(t *testing.T) {
+			pool := unmigrated(t)
+			srv := newPaths(t)
+			ctx := waitCtx(t)
+			require.NoError(t, pgqueue.MigrateTo(ctx, pool, from))
+			var ids []queue.ID
+			place := func(tag string) {
+				a1, a2 := crossCommitTagged(t, pool, srv.URL, "acct", tag)
+				b1, b2 := crossCommitTagged(t, pool, srv.URL, "other", tag)
+				require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					for _, p := range []string{"/acct" + tag + "/batch-1", "/acct" + tag + "/batch-2", "/other" + tag + "/batch-1"} {
+						id, err := pgqueue.EnqueueTx(ctx, tx, post(t, srv.URL+p, idem.WithLane(strings.Split(p, "/")[1])))
+						require.NoError(t, err)
+						ids = append(ids, id)
+					}
+					return nil
+				}))
+				ids = append(ids, a1, a2, b1, b2)
 			}
-		}
-		assert.Equal(t, []string{"v1/first-committed", "v1/first-enqueued", "v2/first-committed", "v2/first-enqueued"}, sent, "lane %s", lane)
+			place("/old") // placed by the earlier version
+			require.NoError(t, pgqueue.Migrate(ctx, pool))
+			place("/new") // placed by the latest
+
+			drainAll(t, pool, ids...)
+			wants := map[string][]string{
+				"acct": {"old/first-committed", "old/first-enqueued", "old/batch-1", "old/batch-2",
+					"new/first-committed", "new/first-enqueued", "new/batch-1", "new/batch-2"},
+				"other": {"old/first-committed", "old/first-enqueued", "old/batch-1",
+					"new/first-committed", "new/first-enqueued", "new/batch-1"},
+			}
+			for lane, want := range wants {
+				var sent []string
+				for _, p := range srv.got() {
+					if rest, ok := strings.CutPrefix(p, "/"+lane+"/"); ok {
+						sent = append(sent, rest)
+					}
+				}
+				assert.Equal(t, want, sent, "lane %s", lane)
+			}
+		})
 	}
 }
 

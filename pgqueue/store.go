@@ -25,6 +25,7 @@ type store struct {
 	pool  *pgxpool.Pool
 	opts  Options
 	lease time.Duration // how long a taken lane stays this replica's
+	known int           // the newest version of the tables this build knows
 	wake  chan struct{} // LISTEN's wake-ups; never ready without LISTEN
 	// settles carries the IDs of records other replicas settled, as
 	// LISTEN hears them; never ready without LISTEN.
