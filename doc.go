@@ -44,6 +44,10 @@
 // or 301/302 after a POST) is judged by its own answer, the redirect, not by
 // the GET's status.
 //
+// The key header is found under any spelling of its name: net/http sends
+// req.Header["idempotency-key"] as it is, and the server reads it as the
+// key.
+//
 // The functions classify and decide implement this table as pure functions
 // over the facts of one attempt.
 //

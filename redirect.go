@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/idem-go/idem/internal/anycase"
 	"github.com/idem-go/idem/internal/methods"
 )
 
@@ -18,6 +19,8 @@ const maxRedirects = 10
 // host. Then it defers to next (nil means net/http's default: stop after 10
 // redirects). header names the key header; "" means DefaultKeyHeader.
 // X-Idempotency-Key, Authorization, Cookie and Proxy-Authorization go too.
+// The key header is found under any spelling of its name
+// (req.Header["idempotency-key"] is the same header on the wire).
 //
 // A key is an operation's identity at one server: presented to another host
 // it means nothing there, or collides with an unrelated operation, so it
@@ -33,11 +36,11 @@ func RedirectPolicy(header string, next func(req *http.Request, via []*http.Requ
 	header = keyHeaderName(header)
 	return func(req *http.Request, via []*http.Request) error {
 		if len(via) > 0 && req.URL.Host != via[0].URL.Host {
-			if !methods.Safe(req.Method) && (via[0].Header.Get(header) != "" || via[0].Header.Get("X-Idempotency-Key") != "") {
+			if !methods.Safe(req.Method) && anycase.Has(via[0].Header, header, "X-Idempotency-Key") {
 				return http.ErrUseLastResponse
 			}
 			for _, h := range [...]string{header, "X-Idempotency-Key", "Authorization", "Cookie", "Proxy-Authorization"} {
-				req.Header.Del(h)
+				anycase.Del(req.Header, h)
 			}
 		}
 		if next != nil {

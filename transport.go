@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+
+	"github.com/idem-go/idem/internal/anycase"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -222,14 +224,14 @@ func WithReport(ctx context.Context, rep *Report) context.Context {
 	return context.WithValue(ctx, reportKey{}, rep)
 }
 
-// keyed reports whether req carries an idempotency key. The names are
-// canonical: map lookups, without Get's canonicalising.
+// keyed reports whether req carries an idempotency key, under any spelling
+// of the header's name: net/http sends a map key that is not canonical as
+// it is.
 func (t *Transport) keyed(req *http.Request) bool {
-	has := func(name string) bool {
-		vs := req.Header[name]
-		return len(vs) > 0 && vs[0] != ""
+	if t.KeyHeader != "" {
+		return anycase.Has(req.Header, keyHeaderName(t.KeyHeader))
 	}
-	return has(keyHeaderName(t.KeyHeader)) || (t.KeyHeader == "" && has("X-Idempotency-Key"))
+	return anycase.Has(req.Header, DefaultKeyHeader, "X-Idempotency-Key")
 }
 
 // Stats returns the Transport's counters.
