@@ -54,7 +54,10 @@ type Client struct {
 	// secret and a late attempt carries fresh credentials. An error ends the
 	// intent and is wrapped in the *Error. The request's header value lists
 	// are the intent's own: set, add or delete headers, never write into a
-	// value list in place.
+	// value list in place. The key header must stay as the Client set it:
+	// an attempt whose request lost or changed the intent's key (under any
+	// spelling of KeyHeader) stops with ErrInvalidRequest before anything is
+	// sent.
 	Authorize func(ctx context.Context, req *http.Request) error
 	// KeyHeader names the header carrying the key. If empty,
 	// DefaultKeyHeader is used.

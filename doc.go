@@ -46,7 +46,7 @@
 //
 // The key header is found under any spelling of its name: net/http sends
 // req.Header["idempotency-key"] as it is, and the server reads it as the
-// key.
+// key. An Authorize hook must leave it as the Client set it.
 //
 // The functions classify and decide implement this table as pure functions
 // over the facts of one attempt.

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -51,6 +52,52 @@ func TestKeyHeaderAnyCase(t *testing.T) {
 	via := []*http.Request{httptest.NewRequest("GET", "http://a.example/", nil)}
 	require.NoError(t, p(req, via))
 	assert.Empty(t, req.Header, "got %v, want no key or credential in any case", req.Header)
+}
+
+// TestAuthorizeKeepsKey: an Authorize hook that removes or changes the key
+// header would send a keyless write that the Client retries as keyed. The
+// attempt stops before anything is sent.
+func TestAuthorizeKeepsKey(t *testing.T) {
+	tests := []struct {
+		name string
+		hook func(r *http.Request)
+	}{
+		{"deletes the key", func(r *http.Request) { r.Header.Del("Idempotency-Key") }},
+		{"replaces the header map", func(r *http.Request) { r.Header = http.Header{"Authorization": {"Bearer t"}} }},
+		{"changes the key", func(r *http.Request) { r.Header.Set("Idempotency-Key", "other") }},
+		{"adds a second key line", func(r *http.Request) { r.Header["idempotency-key"] = []string{"other"} }},
+		{"empties the key", func(r *http.Request) { r.Header["Idempotency-Key"] = nil }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, answer(503), answer(503), answer(503), answer(503))
+			c, _ := testClient(t, nil)
+			c.Authorize = func(_ context.Context, r *http.Request) error { tt.hook(r); return nil }
+			_, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "x"))
+			require.ErrorIs(t, err, ErrInvalidRequest)
+			assert.ErrorIs(t, err, ErrNotApplied)
+			assert.Empty(t, srv.Requests(), "nothing is sent without the intent's key")
+		})
+	}
+
+	t.Run("keeps the key", func(t *testing.T) {
+		srv := newScripted(t, answer(201))
+		c, _ := testClient(t, nil)
+		c.KeyHeader = "x-key"
+		c.KeyFormat = KeySFString
+		c.Authorize = func(_ context.Context, r *http.Request) error {
+			h := r.Header.Clone() // a new map with the same fields is fine
+			h.Set("Authorization", "Bearer t")
+			r.Header = h
+			return nil
+		}
+		in := mustIntent(t, "POST", srv.URL, "x")
+		res, err := c.Do(context.Background(), in)
+		require.NoError(t, err)
+		res.Response.Body.Close()
+		require.Len(t, srv.Requests(), 1)
+		assert.Equal(t, `"`+in.Key()+`"`, srv.Requests()[0].header.Get("X-Key"))
+	})
 }
 
 // BenchmarkTransportKeyed: key detection runs on every RoundTrip.
