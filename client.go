@@ -40,8 +40,8 @@ const (
 type Client struct {
 	// HTTPClient sends the attempts. If nil, http.DefaultClient is used.
 	// Its Timeout, if set, bounds each attempt. The Client uses a copy whose
-	// CheckRedirect drops the key on redirects to another host (see
-	// RedirectPolicy) before calling HTTPClient's own.
+	// CheckRedirect drops the key on redirects to another host or from https
+	// to http (see RedirectPolicy) before calling HTTPClient's own.
 	HTTPClient *http.Client
 	// Policy bounds attempts and waits. The zero Policy is the default.
 	Policy Policy
@@ -245,7 +245,7 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent, p Policy) erro
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
 		},
 		s:      &intentSender{c: c, in: in, hc: c.httpClient()},
-		method: in.method, url: in.url, hasKey: in.HasKey(), host: in.u.Host,
+		method: in.method, url: in.url, hasKey: in.HasKey(), origin: in.u,
 	}
 	return nil
 }

@@ -149,11 +149,24 @@ type facts struct {
 	EarlierAmbiguous bool
 	// DeletePolicy says how a DELETE answered 404 or 410 is read.
 	DeletePolicy DeletePolicy
-	// RedirectOffHost reports that the answer is a redirect to another host
-	// (307 or 308) that was not followed because the request's key would not
-	// have gone with it. Client sets it; see RedirectPolicy.
-	RedirectOffHost bool
+	// Redirect says why the answer, a redirect, was not followed; zero when
+	// it was, or is no redirect. Client sets it; see RedirectPolicy.
+	Redirect redirectStop
 }
+
+// redirectStop says why a redirect answering an attempt was not followed.
+type redirectStop uint8
+
+const (
+	// redirectFollowed, the zero value: followed, or no redirect.
+	redirectFollowed redirectStop = iota
+	// redirectOffHost: a 307 or 308 to another host, where the key of a
+	// write would not go.
+	redirectOffHost
+	// redirectDropsTLS: a 307 or 308 from https to http, where the key and
+	// credentials of a write would go in clear.
+	redirectDropsTLS
+)
 
 // classify returns the class of one attempt. It performs no I/O and reads no
 // clock.
@@ -297,10 +310,9 @@ func decide(f facts) decision {
 		d.Action = ActionStop
 		d.Reason = fmt.Sprintf("rejected (%d)", f.Status)
 		switch {
-		case f.RedirectOffHost:
-			d.Cause = ErrRedirected
-			d.Reason = fmt.Sprintf("redirected (%d) to another host, where the key would not go: not followed", f.Status)
-			return d
+		case f.Redirect != redirectFollowed:
+			d.Cause, d.Reason = ErrRedirected, redirectReason(f)
+			return d // another attempt gets the same redirect
 		case f.Status == http.StatusPreconditionFailed && f.EarlierAmbiguous:
 			d.Reason = "precondition failed (412) after an ambiguous attempt: that attempt may be the write that moved the validator"
 		}
@@ -311,6 +323,15 @@ func decide(f facts) decision {
 	}
 	applyHint(&d, f)
 	return d
+}
+
+// redirectReason says why a redirect answering a rejected attempt was not
+// followed.
+func redirectReason(f facts) string {
+	if f.Redirect == redirectOffHost {
+		return fmt.Sprintf("redirected (%d) to another host, where the key would not go: not followed", f.Status)
+	}
+	return fmt.Sprintf("redirected (%d) from https to http, where the key and credentials would go in clear: not followed", f.Status)
 }
 
 // applyHint lets a server's explicit retry hint override the table.

@@ -38,7 +38,8 @@
 //     or moved?) and stops with ErrRedirected.
 //   - key reused (422 for a keyed request), rejected (other 4xx): stop. A
 //     keyed write redirected to another host, where its key would not go,
-//     is not followed: ErrRedirected.
+//     or from https to http, where it would go in clear, is not followed:
+//     ErrRedirected.
 //
 // A request net/http followed through a redirect that made it a GET (303,
 // or 301/302 after a POST) is judged by its own answer, the redirect, not by

@@ -2,6 +2,8 @@ package idem
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -98,6 +100,92 @@ func TestAuthorizeKeepsKey(t *testing.T) {
 		require.Len(t, srv.Requests(), 1)
 		assert.Equal(t, `"`+in.Key()+`"`, srv.Requests()[0].header.Get("X-Key"))
 	})
+}
+
+// tlsDrop is an https server whose handler answers, and a plain server that
+// a redirect to http://<the https server's host:port> reaches: the same URL
+// host, TLS dropped, as https://example.com -> http://example.com.
+type tlsDrop struct {
+	secure *httptest.Server
+	plain  *scripted
+	hc     *http.Client
+}
+
+func newTLSDrop(t *testing.T, h http.Handler) *tlsDrop {
+	t.Helper()
+	d := &tlsDrop{secure: httptest.NewTLSServer(h), plain: newScripted(t, answer(201), answer(201))}
+	t.Cleanup(d.secure.Close)
+	tr := d.secure.Client().Transport.(*http.Transport).Clone()
+	cfg := tr.TLSClientConfig.Clone()
+	cfg.ServerName = "127.0.0.1"
+	var dialer net.Dialer
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+	// Only plain http dials through DialContext: to the plain server.
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return dialer.DialContext(ctx, network, d.plain.Listener.Addr().String())
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	d.hc = &http.Client{Transport: tr}
+	return d
+}
+
+// insecureURL is the https server's URL with http.
+func (d *tlsDrop) insecureURL(path string) string {
+	return "http://" + strings.TrimPrefix(d.secure.URL, "https://") + path
+}
+
+// TestRedirectDropsTLS: a keyed write answered 307 to http on the same host
+// would carry its key and credentials in clear; it is not followed, through
+// Do and through Transport. A safe request follows without them.
+func TestRedirectDropsTLS(t *testing.T) {
+	var d *tlsDrop
+	d = newTLSDrop(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, d.insecureURL("/clear"), http.StatusTemporaryRedirect)
+	}))
+	auth := func(_ context.Context, r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer secret")
+		return nil
+	}
+
+	c, _ := testClient(t, d.hc)
+	c.Authorize = auth
+	_, err := c.Do(context.Background(), mustIntent(t, "POST", d.secure.URL+"/pay", "x"))
+	require.ErrorIs(t, err, ErrRedirected)
+	assert.ErrorIs(t, err, ErrNotApplied)
+	e := asError(t, err)
+	assert.Len(t, e.Attempts, 1, "not retried")
+	assert.Contains(t, e.Reason, "https to http")
+	assert.Empty(t, d.plain.Requests(), "Do: nothing went out in clear")
+
+	tr, _ := testTransport(t, nil)
+	tr.Base = d.hc.Transport
+	hc := &http.Client{Transport: tr, CheckRedirect: RedirectPolicy("", nil)}
+	req, _ := http.NewRequest("PUT", d.secure.URL+"/pay", strings.NewReader("x"))
+	req.Header.Set("Idempotency-Key", "k-1")
+	req.Header.Set("Authorization", "Bearer secret")
+	resp, err := hc.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode, "the caller gets the redirect")
+	assert.Empty(t, d.plain.Requests(), "Transport: nothing went out in clear")
+
+	res, err := c.Do(context.Background(), mustIntent(t, "GET", d.secure.URL+"/doc", ""))
+	require.NoError(t, err)
+	res.Response.Body.Close()
+	reqs := d.plain.Requests()
+	require.Len(t, reqs, 1, "a safe request follows")
+	assert.Empty(t, reqs[0].auth, "credentials do not go out in clear")
 }
 
 // BenchmarkTransportKeyed: key detection runs on every RoundTrip.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +41,8 @@ type run struct {
 	s           sender
 	method, url string
 	hasKey      bool
-	host        string // the intent's host, for judging redirects; "" for a Transport
-	shownURL    string // redact.RawURL(url), made on first use by the observer
+	origin      *url.URL // the intent's URL, for judging redirects; nil for a Transport
+	shownURL    string   // redact.RawURL(url), made on first use by the observer
 
 	// The trail is earlier, then latest: n attempts in all. The latest is
 	// kept apart so that a run of one attempt, most runs, allocates a trail
@@ -120,7 +121,7 @@ func (r *run) step(ctx context.Context) (*http.Response, decision, error) {
 	if resp != nil {
 		own := ownAnswer(resp, r.method)
 		att.Status, f.Status, f.Header = own.StatusCode, own.StatusCode, own.Header
-		f.RedirectOffHost = r.host != "" && r.hasKey && !methods.Safe(r.method) && offHost(own, r.host)
+		f.Redirect = r.redirectStop(own)
 	}
 	d := decide(f)
 	att.Class = d.Class
@@ -155,14 +156,26 @@ func ownAnswer(resp *http.Response, method string) *http.Response {
 	return resp
 }
 
-// offHost reports whether resp is a 307 or 308 that was not followed, to a
-// host other than host.
-func offHost(resp *http.Response, host string) bool {
-	if resp.StatusCode != http.StatusTemporaryRedirect && resp.StatusCode != http.StatusPermanentRedirect {
-		return false
+// redirectStop says why own, the request's own answer, is a redirect that
+// was not followed: own is a 307 or 308 to a keyed write that would leave
+// the intent's origin (RedirectPolicy).
+func (r *run) redirectStop(own *http.Response) redirectStop {
+	if r.origin == nil || !r.hasKey || methods.Safe(r.method) {
+		return redirectFollowed
 	}
-	loc, err := resp.Location()
-	return err == nil && loc.Host != host
+	if own.StatusCode != http.StatusTemporaryRedirect && own.StatusCode != http.StatusPermanentRedirect {
+		return redirectFollowed
+	}
+	loc, err := own.Location()
+	switch {
+	case err != nil:
+		return redirectFollowed
+	case loc.Host != r.origin.Host:
+		return redirectOffHost
+	case dropsTLS(r.origin.Scheme, loc.Scheme):
+		return redirectDropsTLS
+	}
+	return redirectFollowed
 }
 
 // attempt sends one attempt. A non-nil error means no attempt was made: the
