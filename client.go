@@ -124,7 +124,9 @@ type Result struct {
 	// Response is the final response. The caller must close its Body. When
 	// net/http followed a 303 (or another redirect that turns the request
 	// into a GET), it is the followed GET's response; the request's own
-	// answer, which Outcome judges, is the last attempt's Status.
+	// answer, which Outcome judges, is the last attempt's Status. When the
+	// redirect policy stopped following such a GET (a loop after a 303), it
+	// is the last redirect, its body empty.
 	Response *http.Response
 	// Attempts is the trail, first attempt first.
 	Attempts []Attempt
@@ -168,6 +170,15 @@ func (a Attempt) String() string {
 // key) or NotApplied (errors.Is(err, ErrNotApplied): safe to try again).
 // Invalid arguments (a nil intent or context, a Policy with a negative field)
 // give an error that is not an *Error, before any attempt.
+//
+// Redirects net/http follows are hops of one attempt. When the redirect
+// policy stops following (after 10 redirects, a loop; or HTTPClient's own
+// CheckRedirect refuses), the attempt is judged by the request's own answer,
+// never resent: an *Error matching ErrRedirected, NotApplied when every
+// answer was a 307 or 308, each a complete answer that the server did not
+// act on the request there, Unknown after a 301 or 302 to a write (done or
+// moved?); after a 303 the write was applied and its GET looped: a Result,
+// Applied.
 //
 // Each Do is a run of its own and knows nothing of an earlier one: to run an
 // intent again after an Unknown outcome, use Resume.

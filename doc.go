@@ -43,7 +43,9 @@
 //
 // A request net/http followed through a redirect that made it a GET (303,
 // or 301/302 after a POST) is judged by its own answer, the redirect, not by
-// the GET's status.
+// the GET's status. A redirect loop is one run of hops, never resent:
+// ErrRedirected, NotApplied when every answer was a 307 or 308, the
+// request's own answer otherwise.
 //
 // The key header is found under any spelling of its name: net/http sends
 // req.Header["idempotency-key"] as it is, and the server reads it as the

@@ -34,6 +34,9 @@ const maxRedirects = 10
 // NotApplied; set it on an http.Client that uses Transport:
 //
 //	hc := &http.Client{Transport: &idem.Transport{}, CheckRedirect: idem.RedirectPolicy("", nil)}
+//
+// After 10 redirects (a loop) it stops with an error wrapping
+// ErrRedirected; see Client.Do for the outcome.
 func RedirectPolicy(header string, next func(req *http.Request, via []*http.Request) error) func(req *http.Request, via []*http.Request) error {
 	header = keyHeaderName(header)
 	return func(req *http.Request, via []*http.Request) error {
@@ -49,7 +52,7 @@ func RedirectPolicy(header string, next func(req *http.Request, via []*http.Requ
 			return next(req, via)
 		}
 		if len(via) >= maxRedirects {
-			return fmt.Errorf("idem: stopped after %d redirects", maxRedirects)
+			return fmt.Errorf("%w: stopped after %d redirects", ErrRedirected, maxRedirects)
 		}
 		return nil
 	}

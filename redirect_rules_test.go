@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -188,6 +189,58 @@ func TestRedirectDropsTLS(t *testing.T) {
 	assert.Empty(t, reqs[0].auth, "credentials do not go out in clear")
 }
 
+// TestRedirectLoop: a request answered with a redirect to itself for ever.
+// Every answer was a redirect: one run of hops, not one per attempt, and
+// the same answer through Do and Transport.
+func TestRedirectLoop(t *testing.T) {
+	tests := []struct {
+		method string
+		status int
+		want   Outcome
+	}{
+		{"POST", http.StatusTemporaryRedirect, NotApplied},
+		{"PUT", http.StatusPermanentRedirect, NotApplied},
+		{"GET", http.StatusFound, NotApplied},
+		// A 302 to a POST may mean "done, see there": the loop of GETs
+		// after it does not judge the POST.
+		{"POST", http.StatusFound, Unknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+http.StatusText(tt.status), func(t *testing.T) {
+			var hits atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				http.Redirect(w, r, r.URL.Path, tt.status)
+			}))
+			defer srv.Close()
+			body := ""
+			if tt.method != "GET" {
+				body = "x"
+			}
+
+			c, _ := testClient(t, nil)
+			_, err := c.Do(context.Background(), mustIntent(t, tt.method, srv.URL+"/loop", body))
+			require.ErrorIs(t, err, ErrRedirected)
+			e := asError(t, err)
+			assert.Equal(t, tt.want, e.Outcome, "Do")
+			assert.Len(t, e.Attempts, 1, "Do: not retried")
+			assert.Equal(t, tt.status, e.Status)
+			assert.Equal(t, int32(maxRedirects), hits.Load(), "Do: one run of hops")
+
+			hits.Store(0)
+			tr, _ := testTransport(t, nil)
+			hc := &http.Client{Transport: tr, CheckRedirect: RedirectPolicy("", nil)}
+			var rep Report
+			req, _ := http.NewRequestWithContext(WithReport(context.Background(), &rep), tt.method, srv.URL+"/loop", strings.NewReader(body))
+			req.Header.Set("Idempotency-Key", "k-1")
+			_, err = hc.Do(req)
+			require.ErrorIs(t, err, ErrRedirected)
+			assert.Equal(t, tt.want, rep.Outcome, "Transport")
+			assert.Equal(t, int32(maxRedirects), hits.Load(), "Transport: one run of hops")
+		})
+	}
+}
+
 // BenchmarkTransportKeyed: key detection runs on every RoundTrip.
 func BenchmarkTransportKeyed(b *testing.B) {
 	h := http.Header{
@@ -210,4 +263,30 @@ func BenchmarkTransportKeyed(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestRedirectLoopAfter303: the POST was applied (303); the loop of its GET
+// does not judge it, and it is not resent.
+func TestRedirectLoopAfter303(t *testing.T) {
+	var posts, gets atomic.Int32
+	var mux http.ServeMux
+	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		http.Redirect(w, r, "/orders/1", http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET /orders/1", func(w http.ResponseWriter, r *http.Request) {
+		gets.Add(1)
+		http.Redirect(w, r, "/orders/1", http.StatusFound)
+	})
+	srv := httptest.NewServer(&mux)
+	defer srv.Close()
+	c, _ := testClient(t, nil)
+	res, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL+"/orders", "x"))
+	require.NoError(t, err)
+	defer res.Response.Body.Close()
+	assert.Equal(t, Applied, res.Outcome)
+	require.Len(t, res.Attempts, 1)
+	assert.Equal(t, http.StatusSeeOther, res.Attempts[0].Status)
+	assert.Equal(t, int32(1), posts.Load(), "not resent")
+	assert.Equal(t, int32(maxRedirects-1), gets.Load())
 }

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -52,6 +53,9 @@ type run struct {
 	n         int
 	ambiguous bool // an attempt so far left the operation in doubt (decision.InDoubt)
 	bo        *backoff.ExponentialBackOff
+	// refused is why the http.Client did not follow the latest attempt's
+	// redirect (its CheckRedirect's error); nil when it did, or none came.
+	refused error
 }
 
 // trail returns a copy of the attempts so far, first attempt first; nil
@@ -121,7 +125,7 @@ func (r *run) step(ctx context.Context) (*http.Response, decision, error) {
 	if resp != nil {
 		own := ownAnswer(resp, r.method)
 		att.Status, f.Status, f.Header = own.StatusCode, own.StatusCode, own.Header
-		f.Redirect = r.redirectStop(own)
+		f.Redirect, f.RedirectErr = r.redirectStop(own), r.refused
 	}
 	d := decide(f)
 	att.Class = d.Class
@@ -157,9 +161,13 @@ func ownAnswer(resp *http.Response, method string) *http.Response {
 }
 
 // redirectStop says why own, the request's own answer, is a redirect that
-// was not followed: own is a 307 or 308 to a keyed write that would leave
-// the intent's origin (RedirectPolicy).
+// was not followed: the http.Client's redirect policy stopped, or own is a
+// 307 or 308 to a keyed write that would leave the intent's origin
+// (RedirectPolicy).
 func (r *run) redirectStop(own *http.Response) redirectStop {
+	if r.refused != nil {
+		return redirectRefused
+	}
 	if r.origin == nil || !r.hasKey || methods.Safe(r.method) {
 		return redirectFollowed
 	}
@@ -206,6 +214,13 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	att := Attempt{Start: r.clock.Now()}
 	resp, err := r.s.send(req)
 	timer.Stop()
+	r.refused = nil
+	if err != nil && resp != nil {
+		// Only a CheckRedirect's error comes with a response: the redirect
+		// it refused to follow, an answer, whose body http.Client closed.
+		r.refused, err = redirectError(err), nil
+		resp.Body = http.NoBody
+	}
 	if err != nil && timer != nil && timer.fired.Load() {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
 	}
@@ -223,6 +238,16 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	}
 	return resp, att, nil
+}
+
+// redirectError is the error of an http.Client's CheckRedirect, without
+// the url.Error around it, which names the redirect's URL.
+func redirectError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // attemptTimer cancels an attempt that waits too long for its headers.
