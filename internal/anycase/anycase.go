@@ -7,9 +7,9 @@
 // go to another host, a key that makes a request retryable) read through
 // them misses the field set under another spelling.
 //
-// Names given to these functions must be canonical. The canonical key is
-// looked up first, a map access, and the map is scanned for other
-// spellings only when it is absent.
+// Names given to these functions must be canonical. Has looks the
+// canonical key up first, a map access, and scans the map for other
+// spellings only when it is absent; Values and Del always scan.
 package anycase
 
 import (
