@@ -40,8 +40,8 @@ const (
 type Client struct {
 	// HTTPClient sends the attempts. If nil, http.DefaultClient is used.
 	// Its Timeout, if set, bounds each attempt. The Client uses a copy whose
-	// CheckRedirect drops the key on redirects to another host (see
-	// RedirectPolicy) before calling HTTPClient's own.
+	// CheckRedirect drops the key on redirects to another host or from https
+	// to http (see RedirectPolicy) before calling HTTPClient's own.
 	HTTPClient *http.Client
 	// Policy bounds attempts and waits. The zero Policy is the default.
 	Policy Policy
@@ -54,7 +54,10 @@ type Client struct {
 	// secret and a late attempt carries fresh credentials. An error ends the
 	// intent and is wrapped in the *Error. The request's header value lists
 	// are the intent's own: set, add or delete headers, never write into a
-	// value list in place.
+	// value list in place. The key header must stay as the Client set it:
+	// an attempt whose request lost or changed the intent's key (under any
+	// spelling of KeyHeader) stops with ErrInvalidRequest before anything is
+	// sent.
 	Authorize func(ctx context.Context, req *http.Request) error
 	// KeyHeader names the header carrying the key. If empty,
 	// DefaultKeyHeader is used.
@@ -121,7 +124,9 @@ type Result struct {
 	// Response is the final response. The caller must close its Body. When
 	// net/http followed a 303 (or another redirect that turns the request
 	// into a GET), it is the followed GET's response; the request's own
-	// answer, which Outcome judges, is the last attempt's Status.
+	// answer, which Outcome judges, is the last attempt's Status. When the
+	// redirect policy stopped following such a GET (a loop after a 303), it
+	// is the last redirect, its body empty.
 	Response *http.Response
 	// Attempts is the trail, first attempt first.
 	Attempts []Attempt
@@ -165,6 +170,15 @@ func (a Attempt) String() string {
 // key) or NotApplied (errors.Is(err, ErrNotApplied): safe to try again).
 // Invalid arguments (a nil intent or context, a Policy with a negative field)
 // give an error that is not an *Error, before any attempt.
+//
+// Redirects net/http follows are hops of one attempt. When the redirect
+// policy stops following (after 10 redirects, a loop; or HTTPClient's own
+// CheckRedirect refuses), the attempt is judged by the request's own answer,
+// never resent: an *Error matching ErrRedirected, NotApplied when every
+// answer was a 307 or 308, each a complete answer that the server did not
+// act on the request there, Unknown after a 301 or 302 to a write (done or
+// moved?); after a 303 the write was applied and its GET looped: a Result,
+// Applied.
 //
 // Each Do is a run of its own and knows nothing of an earlier one: to run an
 // intent again after an Unknown outcome, use Resume.
@@ -242,7 +256,7 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent, p Policy) erro
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
 		},
 		s:      &intentSender{c: c, in: in, hc: c.httpClient()},
-		method: in.method, url: in.url, hasKey: in.HasKey(), host: in.u.Host,
+		method: in.method, url: in.url, hasKey: in.HasKey(), origin: in.u,
 	}
 	return nil
 }

@@ -152,11 +152,30 @@ type facts struct {
 	EarlierAmbiguous bool
 	// DeletePolicy says how a DELETE answered 404 or 410 is read.
 	DeletePolicy DeletePolicy
-	// RedirectOffHost reports that the answer is a redirect to another host
-	// (307 or 308) that was not followed because the request's key would not
-	// have gone with it. Client sets it; see RedirectPolicy.
-	RedirectOffHost bool
+	// Redirect says why the answer, a redirect, was not followed; zero when
+	// it was, or is no redirect. Client sets it; see RedirectPolicy.
+	Redirect redirectStop
+	// RedirectErr is the error with which the http.Client's redirect policy
+	// stopped following (redirectRefused); nil otherwise.
+	RedirectErr error
 }
+
+// redirectStop says why a redirect answering an attempt was not followed.
+type redirectStop uint8
+
+const (
+	// redirectFollowed, the zero value: followed, or no redirect.
+	redirectFollowed redirectStop = iota
+	// redirectOffHost: a 307 or 308 to another host, where the key of a
+	// write would not go.
+	redirectOffHost
+	// redirectDropsTLS: a 307 or 308 from https to http, where the key and
+	// credentials of a write would go in clear.
+	redirectDropsTLS
+	// redirectRefused: the http.Client's redirect policy stopped following,
+	// as RedirectPolicy does after 10 redirects (a loop).
+	redirectRefused
+)
 
 // classify returns the class of one attempt. It performs no I/O and reads no
 // clock.
@@ -296,7 +315,7 @@ func decide(f facts) decision {
 		d.Action = ActionRetry
 	case ClassAmbiguous:
 		if f.Err == nil && (f.Status == http.StatusMovedPermanently || f.Status == http.StatusFound) {
-			d.Action, d.Cause = ActionStop, ErrRedirected
+			d.Action, d.Cause = ActionStop, redirectCause(f)
 			d.Reason = fmt.Sprintf("answered %d to %s: done (post/redirect/get) or moved, which cannot be told; not resent", f.Status, f.Method)
 			return d // another attempt gets the same answer
 		}
@@ -314,10 +333,9 @@ func decide(f facts) decision {
 		d.Action = ActionStop
 		d.Reason = fmt.Sprintf("rejected (%d)", f.Status)
 		switch {
-		case f.RedirectOffHost:
-			d.Cause = ErrRedirected
-			d.Reason = fmt.Sprintf("redirected (%d) to another host, where the key would not go: not followed", f.Status)
-			return d
+		case f.Redirect != redirectFollowed:
+			d.Cause, d.Reason = redirectCause(f), redirectReason(f)
+			return d // another attempt gets the same redirect
 		case f.Status == http.StatusPreconditionFailed && f.EarlierAmbiguous:
 			d.Reason = "precondition failed (412) after an ambiguous attempt: that attempt may be the write that moved the validator"
 		}
@@ -332,6 +350,45 @@ func decide(f facts) decision {
 	}
 	applyHint(&d, f)
 	return d
+}
+
+// redirectCause is the Cause of a stop on a redirect: ErrRedirected, and
+// the redirect policy's error when it stopped following.
+func redirectCause(f facts) error {
+	switch {
+	case f.RedirectErr == nil:
+		return ErrRedirected
+	case errors.Is(f.RedirectErr, ErrRedirected):
+		return f.RedirectErr
+	}
+	return fmt.Errorf("%w: %w", ErrRedirected, f.RedirectErr)
+}
+
+// redirectReason says why a redirect answering a rejected attempt was not
+// followed.
+//
+// A redirect loop that reaches here ends NotApplied, unless an earlier
+// attempt left the operation in doubt. Every hop was answered, and every
+// answer to the request itself was a redirect that keeps it: a 307 or 308
+// (a 301, 302 or 303 makes a write a GET, and the write is judged by that
+// answer, Unknown or Applied, before this), or any redirect of a safe
+// request. Each is a complete answer from the server that it did not act
+// on the request at that URL, and that the request belongs elsewhere; the
+// table reads a single unfollowed 307 as a rejection for the same reason,
+// and a server that had acted would answer 2xx, or 303 to show the result.
+// The hops are one attempt, not resent: another would meet the same loop.
+func redirectReason(f facts) string {
+	switch f.Redirect {
+	case redirectOffHost:
+		return fmt.Sprintf("redirected (%d) to another host, where the key would not go: not followed", f.Status)
+	case redirectDropsTLS:
+		return fmt.Sprintf("redirected (%d) from https to http, where the key and credentials would go in clear: not followed", f.Status)
+	}
+	why := "the redirect policy stopped following"
+	if f.RedirectErr != nil {
+		why += " (" + redact.Error(f.RedirectErr) + ")"
+	}
+	return fmt.Sprintf("redirected (%d), and %s: every answer was a redirect; not resent", f.Status, why)
 }
 
 // applyHint lets a server's explicit retry hint override the table.

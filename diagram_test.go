@@ -174,9 +174,9 @@ func decidedActions() map[Class][]Action {
 						all = append(all, f)
 					}
 					for status := 100; status <= 599; status++ {
-						for _, offHost := range []bool{false, true} {
+						for _, redirect := range []redirectStop{redirectFollowed, redirectOffHost, redirectDropsTLS, redirectRefused} {
 							f := base
-							f.Status, f.RedirectOffHost = status, offHost
+							f.Status, f.Redirect = status, redirect
 							f.Wire = Wire{Conns: 1, WroteHeaders: true, WroteRequest: true, GotResponse: true}
 							all = append(all, f)
 						}

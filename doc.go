@@ -41,11 +41,18 @@
 //     or moved?) and stops with ErrRedirected.
 //   - key reused (422 for a keyed request), rejected (other 4xx): stop. A
 //     keyed write redirected to another host, where its key would not go,
-//     is not followed: ErrRedirected.
+//     or from https to http, where it would go in clear, is not followed:
+//     ErrRedirected.
 //
 // A request net/http followed through a redirect that made it a GET (303,
 // or 301/302 after a POST) is judged by its own answer, the redirect, not by
-// the GET's status.
+// the GET's status. A redirect loop is one run of hops, never resent:
+// ErrRedirected, NotApplied when every answer was a 307 or 308, the
+// request's own answer otherwise.
+//
+// The key header is found under any spelling of its name: net/http sends
+// req.Header["idempotency-key"] as it is, and the server reads it as the
+// key. An Authorize hook must leave it as the Client set it.
 //
 // The functions classify and decide implement this table as pure functions
 // over the facts of one attempt.

@@ -2,7 +2,6 @@ package idem
 
 import (
 	"container/list"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,24 +105,6 @@ func (m *doubts) remove(e *list.Element) {
 	delete(m.keys, e.Value.(*doubt).key)
 	m.order.Remove(e)
 	m.n.Store(int64(m.order.Len()))
-}
-
-// doubtKey returns the idempotency key of req that the Transport's memory
-// of doubts knows it by, or "" when req has none or the memory is off.
-func (t *Transport) doubtKey(req *http.Request) string {
-	if t.DoubtWindow < 0 {
-		return ""
-	}
-	first := func(name string) string {
-		if vs := req.Header[name]; len(vs) > 0 {
-			return vs[0]
-		}
-		return ""
-	}
-	if k := first(keyHeaderName(t.KeyHeader)); k != "" || t.KeyHeader != "" {
-		return k
-	}
-	return first("X-Idempotency-Key")
 }
 
 // inDoubt reports whether an earlier RoundTrip left key in doubt within

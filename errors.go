@@ -83,9 +83,12 @@ var (
 	ErrServerSaidStop = errors.New("idem: server said not to retry")
 	// ErrRedirected is returned when a redirect ends an intent: a keyed
 	// request that is not safe was redirected to another host, where its key
-	// would not go, so the redirect was not followed (NotApplied); or a 301
-	// or 302 answered a method that is not safe, which may mean "done, see
-	// there" as well as "moved" (Unknown).
+	// would not go, or from https to http, where it would go in clear, so
+	// the redirect was not followed (NotApplied); or a 301 or 302 answered a
+	// method that is not safe, which may mean "done, see there" as well as
+	// "moved" (Unknown); or the redirect policy stopped following, as after
+	// 10 redirects in a loop (NotApplied when every answer was a 307 or
+	// 308). RedirectPolicy's own error for a loop wraps it too.
 	ErrRedirected = errors.New("idem: redirect")
 	// ErrInvalidRequest is returned when a request cannot be sent as it is
 	// and waiting will not change that: a header net/http refuses (a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/idem-go/idem/internal/anycase"
 	"github.com/idem-go/idem/internal/methods"
 )
 
@@ -11,41 +12,59 @@ import (
 const maxRedirects = 10
 
 // RedirectPolicy returns an http.Client CheckRedirect function for redirects
-// to another host (host and port). A keyed request whose redirect keeps a
-// method that is not safe (a 307 or 308 after a POST, PUT, PATCH or DELETE)
-// is not followed: the caller gets the redirect itself. Any other redirected
-// request loses the idempotency key and credentials on its way to another
-// host. Then it defers to next (nil means net/http's default: stop after 10
-// redirects). header names the key header; "" means DefaultKeyHeader.
+// that leave the request's origin: to another host (host and port), or from
+// https to http. A keyed request whose redirect keeps a method that is not
+// safe (a 307 or 308 after a POST, PUT, PATCH or DELETE) is not followed
+// there: the caller gets the redirect itself. Any other redirected request
+// loses the idempotency key and credentials on its way there. Then it
+// defers to next (nil means net/http's default: stop after 10 redirects).
+// header names the key header; "" means DefaultKeyHeader.
 // X-Idempotency-Key, Authorization, Cookie and Proxy-Authorization go too.
+// The key header is found under any spelling of its name
+// (req.Header["idempotency-key"] is the same header on the wire).
 //
 // A key is an operation's identity at one server: presented to another host
 // it means nothing there, or collides with an unrelated operation, so it
 // cannot go along; and a write sent on without it would be retried there as
-// if it were keyed, a duplicate waiting to happen. net/http forwards such
-// headers to another port of the same host name, and the key header to any
-// host. Client.Do applies this policy to its HTTPClient by itself, and ends
-// such an intent with ErrRedirected and NotApplied; set it on an http.Client
-// that uses Transport:
+// if it were keyed, a duplicate waiting to happen. Sent in clear, a key and
+// credentials can be read and replayed by anyone on the path. net/http
+// forwards such headers to another port of the same host name and over
+// http, and the key header to any host. Client.Do applies this policy to
+// its HTTPClient by itself, and ends such an intent with ErrRedirected and
+// NotApplied; set it on an http.Client that uses Transport:
 //
 //	hc := &http.Client{Transport: &idem.Transport{}, CheckRedirect: idem.RedirectPolicy("", nil)}
+//
+// After 10 redirects (a loop) it stops with an error wrapping
+// ErrRedirected; see Client.Do for the outcome.
 func RedirectPolicy(header string, next func(req *http.Request, via []*http.Request) error) func(req *http.Request, via []*http.Request) error {
 	header = keyHeaderName(header)
 	return func(req *http.Request, via []*http.Request) error {
-		if len(via) > 0 && req.URL.Host != via[0].URL.Host {
-			if !methods.Safe(req.Method) && (via[0].Header.Get(header) != "" || via[0].Header.Get("X-Idempotency-Key") != "") {
+		if len(via) > 0 && leavesOrigin(req, via[0]) {
+			if !methods.Safe(req.Method) && anycase.Has(via[0].Header, header, "X-Idempotency-Key") {
 				return http.ErrUseLastResponse
 			}
 			for _, h := range [...]string{header, "X-Idempotency-Key", "Authorization", "Cookie", "Proxy-Authorization"} {
-				req.Header.Del(h)
+				anycase.Del(req.Header, h)
 			}
 		}
 		if next != nil {
 			return next(req, via)
 		}
 		if len(via) >= maxRedirects {
-			return fmt.Errorf("idem: stopped after %d redirects", maxRedirects)
+			return fmt.Errorf("%w: stopped after %d redirects", ErrRedirected, maxRedirects)
 		}
 		return nil
 	}
 }
+
+// leavesOrigin reports whether the redirect req goes to another host than
+// the original request first, or drops TLS it had. http.Client copies the
+// first request's headers onto every hop, so every hop is judged against
+// the first.
+func leavesOrigin(req, first *http.Request) bool {
+	return req.URL.Host != first.URL.Host || dropsTLS(first.URL.Scheme, req.URL.Scheme)
+}
+
+// dropsTLS reports whether going from scheme from to scheme to leaves TLS.
+func dropsTLS(from, to string) bool { return from == "https" && to != "https" }

@@ -2,10 +2,12 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +42,8 @@ type run struct {
 	s           sender
 	method, url string
 	hasKey      bool
-	host        string // the intent's host, for judging redirects; "" for a Transport
-	shownURL    string // redact.RawURL(url), made on first use by the observer
+	origin      *url.URL // the intent's URL, for judging redirects; nil for a Transport
+	shownURL    string   // redact.RawURL(url), made on first use by the observer
 
 	// The trail is earlier, then latest: n attempts in all. The latest is
 	// kept apart so that a run of one attempt, most runs, allocates a trail
@@ -51,6 +53,9 @@ type run struct {
 	n         int
 	ambiguous bool // an attempt so far left the operation in doubt (decision.InDoubt)
 	bo        *backoff.ExponentialBackOff
+	// refused is why the http.Client did not follow the latest attempt's
+	// redirect (its CheckRedirect's error); nil when it did, or none came.
+	refused error
 }
 
 // trail returns a copy of the attempts so far, first attempt first; nil
@@ -120,7 +125,7 @@ func (r *run) step(ctx context.Context) (*http.Response, decision, error) {
 	if resp != nil {
 		own := ownAnswer(resp, r.method)
 		att.Status, f.Status, f.Header = own.StatusCode, own.StatusCode, own.Header
-		f.RedirectOffHost = r.host != "" && r.hasKey && !methods.Safe(r.method) && offHost(own, r.host)
+		f.Redirect, f.RedirectErr = r.redirectStop(own), r.refused
 	}
 	d := decide(f)
 	att.Class = d.Class
@@ -155,14 +160,30 @@ func ownAnswer(resp *http.Response, method string) *http.Response {
 	return resp
 }
 
-// offHost reports whether resp is a 307 or 308 that was not followed, to a
-// host other than host.
-func offHost(resp *http.Response, host string) bool {
-	if resp.StatusCode != http.StatusTemporaryRedirect && resp.StatusCode != http.StatusPermanentRedirect {
-		return false
+// redirectStop says why own, the request's own answer, is a redirect that
+// was not followed: the http.Client's redirect policy stopped, or own is a
+// 307 or 308 to a keyed write that would leave the intent's origin
+// (RedirectPolicy).
+func (r *run) redirectStop(own *http.Response) redirectStop {
+	if r.refused != nil {
+		return redirectRefused
 	}
-	loc, err := resp.Location()
-	return err == nil && loc.Host != host
+	if r.origin == nil || !r.hasKey || methods.Safe(r.method) {
+		return redirectFollowed
+	}
+	if own.StatusCode != http.StatusTemporaryRedirect && own.StatusCode != http.StatusPermanentRedirect {
+		return redirectFollowed
+	}
+	loc, err := own.Location()
+	switch {
+	case err != nil:
+		return redirectFollowed
+	case loc.Host != r.origin.Host:
+		return redirectOffHost
+	case dropsTLS(r.origin.Scheme, loc.Scheme):
+		return redirectDropsTLS
+	}
+	return redirectFollowed
 }
 
 // attempt sends one attempt. A non-nil error means no attempt was made: the
@@ -193,6 +214,13 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 	att := Attempt{Start: r.clock.Now()}
 	resp, err := r.s.send(req)
 	timer.Stop()
+	r.refused = nil
+	if err != nil && resp != nil {
+		// Only a CheckRedirect's error comes with a response: the redirect
+		// it refused to follow, an answer, whose body http.Client closed.
+		r.refused, err = redirectError(err), nil
+		resp.Body = http.NoBody
+	}
 	if err != nil && timer != nil && timer.fired.Load() {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
 	}
@@ -210,6 +238,16 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	}
 	return resp, att, nil
+}
+
+// redirectError is the error of an http.Client's CheckRedirect, without
+// the url.Error around it, which names the redirect's URL.
+func redirectError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // attemptTimer cancels an attempt that waits too long for its headers.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/idem-go/idem/internal/anycase"
 )
 
 // A sender makes the request of each attempt of one operation and sends it,
@@ -52,12 +54,13 @@ func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 		// does for NewRequest's bodies.
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
+	name, key := keyHeaderName(c.KeyHeader), ""
 	if in.HasKey() {
-		v := in.key
+		key = in.key
 		if c.KeyFormat == KeySFString {
-			v = `"` + v + `"`
+			key = `"` + key + `"`
 		}
-		req.Header[keyHeaderName(c.KeyHeader)] = []string{v}
+		req.Header[name] = []string{key}
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {
@@ -68,8 +71,25 @@ func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 		if err := checkRequestHeader(req.Header, true); err != nil {
 			return nil, fmt.Errorf("idem: authorize: %w", err)
 		}
+		if err := checkKeyKept(req.Header, name, key); err != nil {
+			return nil, fmt.Errorf("idem: authorize: %w", err)
+		}
 	}
 	return req, nil
+}
+
+// checkKeyKept checks that h carries key under the key header name, in one
+// field line, as the Client set it before the Authorize hook ran; "" means
+// the intent has no key. A write without its key would be retried as if it
+// had one, each attempt a new operation to the server.
+func checkKeyKept(h http.Header, name, key string) error {
+	if key == "" {
+		return nil
+	}
+	if vs := anycase.Values(h, name); len(vs) != 1 || vs[0] != key {
+		return fmt.Errorf("%w: the hook removed or changed the %s header: every attempt carries the intent's key", ErrInvalidRequest, name)
+	}
+	return nil
 }
 
 // newBody is a request body over an intent's bytes. It must stay an

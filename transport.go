@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idem-go/idem/internal/anycase"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -98,8 +100,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			clock: clockOr(t.clock), rand: t.rand,
 			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt},
 		},
-		s: s, method: req.Method, hasKey: t.keyed(req),
+		s: s, method: req.Method,
 	}
+	key := t.key(req)
+	r.hasKey = key != ""
 	if r.method == "" {
 		r.method = http.MethodGet
 	}
@@ -113,7 +117,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if prev != nil {
 		r.ambiguous = prev.inDoubt || (changed && prev.outcome != NotApplied)
 	}
-	key := t.doubtKey(req)
+	if t.DoubtWindow < 0 {
+		key = "" // the memory of doubts is off
+	}
 	remembered := t.inDoubt(key, r.clock) // an SDK's resend of a request left in doubt
 	r.ambiguous = r.ambiguous || remembered
 	ctx := req.Context()
@@ -242,14 +248,14 @@ func WithReport(ctx context.Context, rep *Report) context.Context {
 	return context.WithValue(ctx, reportKey{}, rep)
 }
 
-// keyed reports whether req carries an idempotency key. The names are
-// canonical: map lookups, without Get's canonicalising.
-func (t *Transport) keyed(req *http.Request) bool {
-	has := func(name string) bool {
-		vs := req.Header[name]
-		return len(vs) > 0 && vs[0] != ""
+// key returns req's idempotency key, or "" when it carries none, found
+// under any spelling of the header's name: net/http sends a map key that is
+// not canonical as it is.
+func (t *Transport) key(req *http.Request) string {
+	if t.KeyHeader != "" {
+		return anycase.First(req.Header, keyHeaderName(t.KeyHeader))
 	}
-	return has(keyHeaderName(t.KeyHeader)) || (t.KeyHeader == "" && has("X-Idempotency-Key"))
+	return anycase.First(req.Header, DefaultKeyHeader, "X-Idempotency-Key")
 }
 
 // Stats returns the Transport's counters.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/idem-go/idem/internal/anycase"
 )
 
 // Messages of the 400 answers for a bad key; the key errors double as those
@@ -26,7 +28,9 @@ var (
 // unless sfOnly, and decode to the same key, so "abc" and abc name one
 // record.
 func requestKey(h http.Header, name string, sfOnly bool) (string, error) {
-	values := h.Values(name)
+	// Any spelling: a handler called directly may get a map key that is
+	// not canonical, and two spellings are two field lines.
+	values := anycase.Values(h, http.CanonicalHeaderKey(name))
 	switch len(values) {
 	case 0:
 		return "", nil

@@ -53,6 +53,28 @@ func TestRequestKey(t *testing.T) {
 	}
 }
 
+// TestRequestKeyAnyCase: a handler called directly can get a map key that
+// is not canonical; it is the same header, and two spellings are two lines.
+func TestRequestKeyAnyCase(t *testing.T) {
+	tests := []struct {
+		name    string
+		h       http.Header
+		want    string
+		wantErr error
+	}{
+		{"lower case", http.Header{"idempotency-key": {"abc"}}, "abc", nil},
+		{"configured name in lower case", http.Header{"Idempotency-Key": {"abc"}}, "abc", nil},
+		{"two spellings", http.Header{"Idempotency-Key": {"a"}, "IDEMPOTENCY-KEY": {"b"}}, "", errKeyMultiple},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := requestKey(tt.h, "idempotency-key", false)
+			assert.Equal(t, tt.want, got, "requestKey(%v) key", tt.h)
+			assert.Equal(t, tt.wantErr, err, "requestKey(%v) error", tt.h)
+		})
+	}
+}
+
 func TestRequestKeySFStringOnly(t *testing.T) {
 	tests := []struct {
 		value   string
