@@ -31,7 +31,9 @@ const maxRedirects = 10
 // forwards such headers to another port of the same host name and over
 // http, and the key header to any host. Client.Do applies this policy to
 // its HTTPClient by itself, and ends such an intent with ErrRedirected and
-// NotApplied; set it on an http.Client that uses Transport:
+// NotApplied; set it on an http.Client that uses Transport (which, without
+// it, refuses to send a keyed write's hop off its origin, but cannot take
+// headers off a safe request's hop):
 //
 //	hc := &http.Client{Transport: &idem.Transport{}, CheckRedirect: idem.RedirectPolicy("", nil)}
 //
@@ -64,6 +66,27 @@ func RedirectPolicy(header string, next func(req *http.Request, via []*http.Requ
 // the first.
 func leavesOrigin(req, first *http.Request) bool {
 	return req.URL.Host != first.URL.Host || dropsTLS(first.URL.Scheme, req.URL.Scheme)
+}
+
+// hopLeavesOrigin says why the redirect hop req, which its http.Client
+// follows, leaves the origin of the chain's first request: to another host
+// (redirectOffHost) or from https to http (redirectDropsTLS);
+// redirectFollowed when it stays, or req is no hop. A Transport judges
+// every hop by it, for the http.Clients without RedirectPolicy.
+func hopLeavesOrigin(req *http.Request) redirectStop {
+	first := req
+	for first.Response != nil && first.Response.Request != nil {
+		first = first.Response.Request
+	}
+	switch {
+	case first == req:
+		return redirectFollowed
+	case dropsTLS(first.URL.Scheme, req.URL.Scheme):
+		return redirectDropsTLS
+	case req.URL.Host != first.URL.Host:
+		return redirectOffHost
+	}
+	return redirectFollowed
 }
 
 // dropsTLS reports whether going from scheme from to scheme to leaves TLS.

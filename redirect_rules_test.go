@@ -189,6 +189,60 @@ func TestRedirectDropsTLS(t *testing.T) {
 	assert.Empty(t, reqs[0].auth, "credentials do not go out in clear")
 }
 
+// TestTransportRefusesHopOffOrigin: an http.Client without RedirectPolicy
+// follows a keyed write's 307 anywhere; the Transport, which sees the hop,
+// does not send it off its origin (another host, or https to http), and a
+// hop that stays is sent.
+func TestTransportRefusesHopOffOrigin(t *testing.T) {
+	var d *tlsDrop
+	d = newTLSDrop(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, d.insecureURL("/clear"), http.StatusTemporaryRedirect)
+	}))
+	other := newScripted(t, answer(201))
+	offHost := httptest.NewServer(redirectTo(other.URL + "/elsewhere"))
+	defer offHost.Close()
+	same := newScripted(t, answer(201))
+	onHost := httptest.NewServer(redirectTo(same.URL + "/here"))
+	defer onHost.Close()
+	tests := []struct {
+		name   string
+		url    string
+		base   http.RoundTripper
+		reason string
+	}{
+		{"https to http", d.secure.URL + "/pay", d.hc.Transport, "https to http"},
+		{"another host", offHost.URL + "/pay", nil, "another host"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, _ := testTransport(t, nil)
+			tr.Base = tt.base
+			hc := &http.Client{Transport: tr} // no RedirectPolicy
+			var rep Report
+			req, _ := http.NewRequestWithContext(WithReport(context.Background(), &rep), "POST", tt.url, strings.NewReader("x"))
+			req.Header["idempotency-key"] = []string{"k-1"}
+			req.Header.Set("Authorization", "Bearer secret")
+			_, err := hc.Do(req)
+			require.ErrorIs(t, err, ErrRedirected)
+			assert.Equal(t, NotApplied, rep.Outcome, "every answer was a 307")
+			assert.Contains(t, err.Error(), tt.reason)
+		})
+	}
+	assert.Empty(t, d.plain.Requests(), "nothing went out in clear")
+	assert.Empty(t, other.Requests(), "nothing went to another host")
+
+	// The client's own host name and port, where the key belongs: followed.
+	// (Two loopback servers differ by port, so this one redirects a GET.)
+	tr, _ := testTransport(t, nil)
+	hc := &http.Client{Transport: tr}
+	req, _ := http.NewRequest("GET", onHost.URL+"/doc", nil)
+	resp, err := hc.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 201, resp.StatusCode, "a safe request follows")
+	assert.Len(t, same.Requests(), 1)
+}
+
 // TestRedirectLoop: a request answered with a redirect to itself for ever.
 // Every answer was a redirect: one run of hops, not one per attempt, and
 // the same answer through Do and Transport.

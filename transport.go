@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/anycase"
+	"github.com/idem-go/idem/internal/methods"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -123,7 +124,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	remembered := t.inDoubt(key, r.clock) // an SDK's resend of a request left in doubt
 	r.ambiguous = r.ambiguous || remembered
 	ctx := req.Context()
-	resp, d, e := r.loop(ctx)
+	var (
+		resp *http.Response
+		d    decision
+		e    *Error
+	)
+	if why := r.hopRefused(req); why != redirectFollowed {
+		e = r.fail(r.outcome(), redirectReason(facts{Redirect: why, Status: req.Response.StatusCode}), 0, ErrRedirected)
+	} else {
+		resp, d, e = r.loop(ctx)
+	}
 	if e != nil && remembered {
 		e.Reason += doubtNote
 	}
@@ -246,6 +256,17 @@ type reportKey struct{}
 //	// rep.Outcome is Unknown when resp is a 503 the retries could not get past.
 func WithReport(ctx context.Context, rep *Report) context.Context {
 	return context.WithValue(ctx, reportKey{}, rep)
+}
+
+// hopRefused says why req, a keyed write's redirect hop, must not be
+// sent: it leaves the first request's origin (hopLeavesOrigin), and the
+// http.Client follows it all the same, as one without RedirectPolicy does.
+// redirectFollowed when req may be sent.
+func (r *run) hopRefused(req *http.Request) redirectStop {
+	if !r.hasKey || methods.Safe(r.method) {
+		return redirectFollowed
+	}
+	return hopLeavesOrigin(req)
 }
 
 // key returns req's idempotency key, or "" when it carries none, found
