@@ -379,7 +379,7 @@ func checkRecord(data []byte, id ID) (State, int64, string, error) {
 	case d.Err != nil:
 		return 0, 0, "", fmt.Errorf("%w: %v", errCorrupt, d.Err)
 	case got != id:
-		return 0, 0, "", fmt.Errorf("%w: holds ID %d", errCorrupt, got)
+		return 0, 0, "", fmt.Errorf("%w: %w: holds ID %d", errCorrupt, errWrongKey, got)
 	}
 	return s, settledAt, lane, nil
 }
