@@ -209,9 +209,9 @@ func envInt(t testing.TB, name string, def int) int {
 type damageKind int
 
 const (
-	flipKey   damageKind = iota // one bit of a record's key, in a page of the tree
-	flipAny                     // one bit anywhere in the file
-	burstAny                    // 1 to 64 random bytes anywhere in the file
+	flipKey  damageKind = iota // one bit of a record's key, in a page of the tree
+	flipAny                    // one bit anywhere in the file
+	burstAny                   // 1 to 64 random bytes anywhere in the file
 	numDamage
 )
 
