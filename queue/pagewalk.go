@@ -35,6 +35,7 @@ type walker struct {
 	meta     boltMeta
 	root     uint64 // the root bucket's page
 	seen     map[uint64]bool
+	free     map[uint64]bool // nil until the free list is read whole
 	issues   []string // structural problems, the first maxWalkIssues
 	nIssues  int
 	onRecord func(key, value []byte) // each element of the records bucket
@@ -98,9 +99,10 @@ func (w *walker) page(id uint64) []byte {
 		w.problem("page %d: %v", id, err)
 		return nil
 	}
+	// A damaged header field is noted and read past: the elements may
+	// still be whole.
 	if got := binary.NativeEndian.Uint64(head); got != id {
 		w.problem("page %d: holds id %d", id, got)
-		return nil
 	}
 	overflow := uint64(binary.NativeEndian.Uint32(head[12:]))
 	if overflow == 0 {
@@ -108,7 +110,7 @@ func (w *walker) page(id uint64) []byte {
 	}
 	if id+overflow >= w.meta.pages || int64(id+overflow+1)*ps > w.size {
 		w.problem("page %d: overflow %d past the end", id, overflow)
-		return nil
+		return head
 	}
 	all := make([]byte, int64(overflow+1)*ps)
 	if _, err := w.f.ReadAt(all, int64(id)*ps); err != nil {
@@ -177,7 +179,7 @@ func (w *walker) tree(id uint64, lo, hi, name []byte, leaf func(k, v []byte, fla
 	if p == nil {
 		return
 	}
-	for i := uint64(1); i <= uint64(binary.NativeEndian.Uint32(p[12:])); i++ {
+	for i := uint64(1); i < uint64(len(p))/uint64(w.meta.pageSize); i++ { // the overflow read
 		w.seen[id+i] = true
 	}
 	w.elements(p, id, lo, hi, name, leaf)
@@ -193,11 +195,13 @@ func (w *walker) elements(p []byte, id uint64, lo, hi, name []byte, leaf func(k,
 	count := int(binary.NativeEndian.Uint16(p[10:]))
 	if flags != branchPage && flags != leafPage {
 		w.problem("page %d: flags %#x, want a branch or leaf page", id, flags)
-		return
+		if flags &= branchPage | leafPage; flags != branchPage && flags != leafPage {
+			return // no telling which
+		}
 	}
 	if pageHeader+count*elemSize > len(p) {
 		w.problem("page %d: %d elements do not fit", id, count)
-		return
+		count = (len(p) - pageHeader) / elemSize
 	}
 	prev := lo
 	for i := range count {
@@ -237,6 +241,36 @@ func (w *walker) elements(p []byte, id uint64, lo, hi, name []byte, leaf func(k,
 			next = hi
 		}
 		w.tree(binary.NativeEndian.Uint64(e[8:]), key, next, name, leaf)
+	}
+}
+
+// orphans calls leaf for each element of the leaf pages neither in the tree
+// nor free: a damaged page id in a branch loses its child from the tree,
+// and here it is found again. Free pages are never read (they may hold
+// older versions of records), so it reads nothing unless the free list was
+// read whole.
+func (w *walker) orphans(leaf func(k, v []byte)) {
+	if w.free == nil {
+		return
+	}
+	for id := uint64(2); id < w.meta.pages; id++ {
+		if w.seen[id] || w.free[id] {
+			continue
+		}
+		ps := int64(w.meta.pageSize)
+		p := make([]byte, ps)
+		if _, err := w.f.ReadAt(p, int64(id)*ps); err != nil {
+			return
+		}
+		if binary.NativeEndian.Uint16(p[8:]) != leafPage {
+			continue
+		}
+		w.seen[id] = true
+		w.elements(p, id, nil, nil, nil, func(k, v []byte, flags uint32) {
+			if flags == 0 {
+				leaf(k, v)
+			}
+		})
 	}
 }
 
@@ -291,6 +325,7 @@ func (w *walker) freelist() {
 		}
 		free[id] = true
 	}
+	w.free = free
 	for id := uint64(2); id < w.meta.pages && w.nIssues == 0; id++ {
 		if !w.seen[id] && !free[id] {
 			w.problem("page %d: neither in use nor free", id)

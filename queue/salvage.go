@@ -21,6 +21,10 @@ type SalvageReport struct {
 	// Unreadable counts the records found whose stored bytes do not decode
 	// (a checksum that fails, a newer version); they are not copied.
 	Unreadable int
+	// Orphans counts the records found in pages the tree no longer
+	// reaches (a damaged page id in a branch) and copied, as they are not
+	// in the tree.
+	Orphans int
 	// Duplicates counts the records found twice, under two keys or in two
 	// pages; the copy furthest on (settled, more attempts) is kept.
 	Duplicates int
@@ -125,6 +129,14 @@ func readSalvage(path string) (s *salvaged, err error) {
 		s.rep.Problems, s.rep.NumProblems = w.issues, w.nIssues
 	}()
 	w.walk()
+	w.orphans(func(k, v []byte) {
+		if r, err := decodeRecord(v); err == nil && len(k) == 8 && ID(binary.BigEndian.Uint64(k)) == r.ID {
+			if _, ok := s.records[r.ID]; !ok { // the tree's copy is the current one
+				s.rep.Orphans++
+				s.records[r.ID] = salvagedRecord{r: r, data: v}
+			}
+		}
+	})
 	if schema != schemaVersion && len(s.records)+s.rep.Unreadable > 0 {
 		w.problem("layout version %d, want %d", schema, schemaVersion) // Open refuses it
 	}
@@ -133,12 +145,15 @@ func readSalvage(path string) (s *salvaged, err error) {
 
 // record collects the record stored under key k as v.
 func (s *salvaged) record(w *walker, k, v []byte) {
+	if len(k) != 8 {
+		w.problem("records: key %x is not an ID", k)
+	}
 	r, err := decodeRecord(v)
 	if err != nil {
 		s.rep.Unreadable++
 		return
 	}
-	if len(k) != 8 || ID(binary.BigEndian.Uint64(k)) != r.ID {
+	if len(k) == 8 && ID(binary.BigEndian.Uint64(k)) != r.ID {
 		w.problem("records: key %x holds record %d", k, r.ID) // the record's checksum covers its ID; the key's nothing
 	}
 	for _, t := range [...]time.Time{r.EnqueuedAt, r.LastAttemptAt, r.SettledAt} {

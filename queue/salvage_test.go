@@ -288,6 +288,9 @@ func TestDamageProperty(t *testing.T) {
 		if didSalvage {
 			tl.salvaged++
 		}
+		if lost := n - recovered; lost > 1 && os.Getenv("QUEUE_DAMAGE_DEBUG") != "" {
+			t.Logf("%s: lost %d (salvaged %v)", name, lost, didSalvage)
+		}
 		if lost := n - recovered; lost > 0 {
 			tl.lostCases++
 			tl.lost += lost
@@ -397,6 +400,7 @@ func salvageDamaged(t *testing.T, name, path string, d []byte, stored map[ID][]b
 		if !errors.Is(err, ErrDamaged) {
 			t.Errorf("%s: Salvage: %v, want nil or ErrDamaged", name, err)
 		}
+		t.Logf("%s: Salvage: %v", name, err)
 		return 0, false // no meta page to go by
 	}
 	if rep.Sound() {
@@ -405,6 +409,7 @@ func salvageDamaged(t *testing.T, name, path string, d []byte, stored map[ID][]b
 		q, err := Open(path, Options{})
 		if err != nil {
 			assert.ErrorIs(t, err, ErrDamaged, "%s: Open of a file Salvage found sound", name)
+			t.Logf("%s: Open of a sound file: %v", name, err)
 			return 0, false
 		}
 		require.NoError(t, q.Close())
@@ -423,6 +428,9 @@ func salvageDamaged(t *testing.T, name, path string, d []byte, stored map[ID][]b
 		}
 	}
 	if !rep.Sound() {
+		if n := len(stored) - intact; n > 1 && os.Getenv("QUEUE_DAMAGE_DEBUG") != "" {
+			t.Logf("%s: lost %d: %+v", name, n, rep)
+		}
 		assert.Equal(t, intact, rep.Recovered, "%s: %+v", name, rep)
 		q, err := Open(path, Options{})
 		require.NoError(t, err, "%s: Open of the salvaged file", name)
