@@ -36,7 +36,7 @@ type walker struct {
 	root     uint64 // the root bucket's page
 	seen     map[uint64]bool
 	free     map[uint64]bool // nil until the free list is read whole
-	issues   []string // structural problems, the first maxWalkIssues
+	issues   []string        // structural problems, the first maxWalkIssues
 	nIssues  int
 	onRecord func(key, value []byte) // each element of the records bucket
 	onMeta   func(key, value []byte) // each element of the meta bucket
