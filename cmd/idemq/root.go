@@ -106,6 +106,7 @@ Exit codes: 0 ok, 1 error, 2 usage.`,
 		a.lsCommand(), a.showCommand(), a.statsCommand(),
 		a.discardCommand(), a.resubmitCommand(), a.resetClockCommand(),
 		a.drainCommand(),
+		a.salvageCommand(),
 	)
 	return root
 }
