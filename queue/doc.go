@@ -120,7 +120,9 @@
 // beside it (path + ".damaged-" and the time), and a SalvageReport counts
 // what was recovered and what could not be read. Salvage never adds a
 // record nor changes one; a record found twice is copied once. (The idemq
-// command's salvage does the same.)
+// command's salvage does the same.) With Options.SalvageDamaged, Open
+// salvages such a file itself, passes the report on, and opens the fresh
+// file: for a device with no operator.
 //
 // No panic from bbolt reaches the application: a panic reading a record,
 // or inside bbolt's own commit, becomes ErrDamaged, and from then on the

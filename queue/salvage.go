@@ -71,6 +71,11 @@ func Salvage(path string, opts Options) (SalvageReport, error) {
 		return SalvageReport{}, err
 	}
 	defer lf.Close()
+	return salvageLocked(path, o)
+}
+
+// salvageLocked is Salvage once the file's lock is held.
+func salvageLocked(path string, o Options) (SalvageReport, error) {
 	s, err := readSalvage(path)
 	if err != nil || s.rep.Sound() {
 		return s.rep, err

@@ -154,6 +154,29 @@ func TestFlippedKeyNeverWritten(t *testing.T) {
 	}
 }
 
+// TestOpenSalvagesDamaged: with Options.SalvageDamaged, Open recovers a
+// file whose structure is damaged and opens the fresh one, with every
+// record; without it, it refuses the file.
+func TestOpenSalvagesDamaged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	file, stored := fillQueue(t, path, 50)
+	file[keyOffsets(t, file)[20]+7] ^= 0x40
+	require.NoError(t, os.WriteFile(path, file, 0o600))
+	_, err := Open(path, Options{})
+	require.ErrorIs(t, err, ErrDamaged)
+
+	var reports []SalvageReport
+	q := reopen(t, path, Options{SalvageDamaged: func(r SalvageReport) { reports = append(reports, r) }})
+	require.Len(t, reports, 1, "the report reaches the application")
+	assert.Equal(t, 50, reports[0].Recovered)
+	assert.FileExists(t, reports[0].Kept)
+	c, err := q.Counts()
+	require.NoError(t, err)
+	assert.Equal(t, 50, c[Pending])
+	require.NoError(t, q.Close())
+	assert.Equal(t, stored, storedRecords(t, path))
+}
+
 // TestBoltPanicBecomesDamaged: a write into a page whose keys are out of
 // order makes bbolt panic in its own commit. The panic reaches the caller
 // as ErrDamaged, not as a crash, and the store writes nothing after it.
