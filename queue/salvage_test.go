@@ -215,6 +215,14 @@ func TestBoltPanicBecomesDamaged(t *testing.T) {
 	require.NoError(t, st.db.Close(), "the file closes")
 }
 
+// debugf logs when QUEUE_DAMAGE_DEBUG is set.
+func debugf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("QUEUE_DAMAGE_DEBUG") != "" {
+		t.Logf(format, args...)
+	}
+}
+
 // envInt reads a positive integer from the environment, or returns def.
 func envInt(t testing.TB, name string, def int) int {
 	t.Helper()
@@ -269,8 +277,9 @@ func damage(rnd *rand.Rand, kind damageKind, file []byte, keys []int64) []byte {
 //
 // The default run is a few hundred cases; QUEUE_DAMAGE_CASES sets the
 // number, QUEUE_DAMAGE_N the records (default 100), QUEUE_DAMAGE_SEED the
-// seed, and QUEUE_DAMAGE_KIND=1 limits the cases to one kind (0 key bit, 1
-// any bit, 2 burst):
+// seed, QUEUE_DAMAGE_KIND=1 limits the cases to one kind (0 key bit, 1 any
+// bit, 2 burst), and QUEUE_DAMAGE_DEBUG=1 logs each case that lost more
+// than one record:
 //
 //	QUEUE_DAMAGE_CASES=1000 QUEUE_DAMAGE_N=300 QUEUE_DAMAGE_KIND=1 go test -run TestDamageProperty -v ./queue
 func TestDamageProperty(t *testing.T) {
@@ -311,8 +320,8 @@ func TestDamageProperty(t *testing.T) {
 		if didSalvage {
 			tl.salvaged++
 		}
-		if lost := n - recovered; lost > 1 && os.Getenv("QUEUE_DAMAGE_DEBUG") != "" {
-			t.Logf("%s: lost %d (salvaged %v)", name, lost, didSalvage)
+		if lost := n - recovered; lost > 1 {
+			debugf(t, "%s: lost %d (salvaged %v)", name, lost, didSalvage)
 		}
 		if lost := n - recovered; lost > 0 {
 			tl.lostCases++
@@ -423,7 +432,7 @@ func salvageDamaged(t *testing.T, name, path string, d []byte, stored map[ID][]b
 		if !errors.Is(err, ErrDamaged) {
 			t.Errorf("%s: Salvage: %v, want nil or ErrDamaged", name, err)
 		}
-		t.Logf("%s: Salvage: %v", name, err)
+		debugf(t, "%s: Salvage: %v", name, err)
 		return 0, false // no meta page to go by
 	}
 	if rep.Sound() {
@@ -432,7 +441,7 @@ func salvageDamaged(t *testing.T, name, path string, d []byte, stored map[ID][]b
 		q, err := Open(path, Options{})
 		if err != nil {
 			assert.ErrorIs(t, err, ErrDamaged, "%s: Open of a file Salvage found sound", name)
-			t.Logf("%s: Open of a sound file: %v", name, err)
+			debugf(t, "%s: Open of a sound file: %v", name, err)
 			return 0, false
 		}
 		require.NoError(t, q.Close())
@@ -451,8 +460,8 @@ func salvageDamaged(t *testing.T, name, path string, d []byte, stored map[ID][]b
 		}
 	}
 	if !rep.Sound() {
-		if n := len(stored) - intact; n > 1 && os.Getenv("QUEUE_DAMAGE_DEBUG") != "" {
-			t.Logf("%s: lost %d: %+v", name, n, rep)
+		if n := len(stored) - intact; n > 1 {
+			debugf(t, "%s: lost %d: %+v", name, n, rep)
 		}
 		assert.Equal(t, intact, rep.Recovered, "%s: %+v", name, rep)
 		q, err := Open(path, Options{})
