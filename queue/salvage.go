@@ -3,6 +3,7 @@ package queue
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -201,10 +202,10 @@ func (s *salvaged) write(path string, o Options) error {
 		return err
 	}
 	kept := path + keptSuffix + o.now().UTC().Format("20060102T150405.000000000Z")
-	// A link keeps the damaged file and the rename replaces it at once: a
-	// crash between them leaves the damaged file at path, never no file,
-	// which the next Open would take for a new, empty queue.
-	if err := os.Link(path, kept); err != nil {
+	// A link (or a copy) keeps the damaged file and the rename replaces it
+	// at once: a crash between them leaves the damaged file at path, never
+	// no file, which the next Open would take for a new, empty queue.
+	if err := keep(path, kept); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("queue: salvage: keep the damaged file: %w", err)
 	}
@@ -216,6 +217,34 @@ func (s *salvaged) write(path string, o Options) error {
 	syncDir(path)
 	s.rep.Kept, s.rep.Recovered = kept, len(s.records)
 	return nil
+}
+
+// keep makes kept a name of the file at path: a hard link, or a copy where
+// the file system has none.
+func keep(path, kept string) error {
+	if os.Link(path, kept) == nil {
+		return nil
+	}
+	src, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(kept, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(kept)
+	}
+	return err
 }
 
 // fill writes the records, their supplied keys, the layout version and the
