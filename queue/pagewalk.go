@@ -50,8 +50,9 @@ func (w *walker) problem(format string, args ...any) {
 	}
 }
 
-// newWalker reads the meta pages of the file at path. ok is false when
-// neither is valid: the file is not one bbolt would open.
+// newWalker reads the meta pages of f and picks the one bbolt would: the
+// valid one with the higher transaction id. ok is false when neither is
+// valid: the file is not one bbolt would open.
 func newWalker(f *os.File) (*walker, bool, error) {
 	fi, err := f.Stat()
 	if err != nil {
