@@ -72,7 +72,7 @@ func (g *group) do(db *bolt.DB, fn func(*bolt.Tx) error) error {
 func commitAll(db *bolt.DB, calls []*pendingCommit) {
 	for len(calls) > 0 {
 		failed := -1
-		err := db.Update(func(tx *bolt.Tx) error {
+		err := update(db, func(tx *bolt.Tx) error {
 			for i, c := range calls {
 				if err := safely(c.fn, tx); err != nil {
 					failed = i
@@ -92,7 +92,7 @@ func commitAll(db *bolt.DB, calls []*pendingCommit) {
 			c.err = err
 			return
 		}
-		c.err = db.Update(func(tx *bolt.Tx) error { return safely(c.fn, tx) })
+		c.err = update(db, func(tx *bolt.Tx) error { return safely(c.fn, tx) })
 		calls = append(calls[:failed:failed], calls[failed+1:]...)
 	}
 }
@@ -102,7 +102,7 @@ func commitAll(db *bolt.DB, calls []*pendingCommit) {
 func safely(fn func(*bolt.Tx) error, tx *bolt.Tx) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("queue: write panicked: %v", p)
+			err = fmt.Errorf("queue: write %w: %v", errPanicked, p)
 		}
 	}()
 	return fn(tx)

@@ -58,7 +58,7 @@ func TestDamagedRecordQuarantined(t *testing.T) {
 			// the drainer quarantines the record when it is the head.
 			b[laneOffset+1+len("acct")+1+1] = 0x7f
 			return binenc.Seal(b[:len(b)-4])
-		}, "outcome 127 over its limit", false},
+		}, "unknown outcome 127", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

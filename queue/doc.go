@@ -118,6 +118,27 @@
 // Discard removes it, Resubmit refuses it. A file bbolt cannot read is
 // another matter: Open refuses it with ErrDamaged and does not write to it.
 //
+// # Damage
+//
+// Damage to the file's structure is never written over: a write into a
+// damaged page damages the tree further. Before it writes, Open reads the
+// pages themselves, without bbolt, and refuses the file with ErrDamaged,
+// writing nothing, when a page is unreadable, keys are out of order, a key
+// disagrees with its record's ID, or the free list disagrees with the tree.
+// Such a file opens with Options.ReadOnly, to read what is readable, and
+// Salvage recovers it: every record that reads intact is copied byte for
+// byte into a fresh file that takes its path, the damaged file is kept
+// beside it (path + ".damaged-" and the time), and a SalvageReport counts
+// what was recovered and what could not be read. Salvage never adds a
+// record nor changes one; a record found twice is copied once. (The idemq
+// command's salvage does the same.) With Options.SalvageDamaged, Open
+// salvages such a file itself, passes the report on, and opens the fresh
+// file: for a device with no operator.
+//
+// No panic from bbolt reaches the application: a panic reading a record,
+// or inside bbolt's own commit, becomes ErrDamaged, and from then on the
+// Queue writes nothing more to that file; close it and Salvage it.
+//
 // A URL's query, fragment and user info, and an intent's key, may be
 // secrets: the queue's errors name an intent by its method and its URL
 // without them, as the root package's do, and a refused

@@ -181,7 +181,7 @@ func (st *boltStore) queued(in *idem.Intent) (ID, error) {
 	}
 	var id ID
 	err := st.guard(func() error {
-		return st.db.View(func(tx *bolt.Tx) error {
+		return st.view(func(tx *bolt.Tx) error {
 			b, err := open(tx)
 			if err != nil {
 				return err

@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -187,7 +188,12 @@ func (st *boltStore) scan(b buckets, now time.Time) error {
 		if err == nil && s == InFlight {
 			r, err = decodeRecord(v) // to return it to pending
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, errWrongKey) && !st.opts.ReadOnly:
+			// The page is damaged, not the record: a write there would
+			// damage the tree (Open's checkStructure finds this first).
+			return fmt.Errorf("%w: %s: record key %d: %v", ErrDamaged, st.path, id, err)
+		case err != nil:
 			damaged = append(damaged, quarantined(id, v, err, now))
 			continue
 		}

@@ -84,7 +84,9 @@ func (st *boltStore) quarantineHead(name string, id ID) (*Record, error) {
 			case err == nil && dr.ID == id:
 				return nil
 			case err == nil:
-				err = fmt.Errorf("%w: holds ID %d", errCorrupt, dr.ID)
+				// The key disagrees with an intact record: the page is
+				// damaged, and a write there would damage the tree.
+				return st.broke(fmt.Errorf("%w: %s: record key %d holds record %d", ErrDamaged, st.path, id, dr.ID))
 			}
 			// The index counts the record under its last committed state,
 			// which its state byte still holds unless that is the damage.

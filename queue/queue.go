@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -108,6 +109,12 @@ type Options struct {
 	// events are best effort (see Store.Settles); the store itself is the
 	// record. A store of one process has no remote events.
 	NotifyRemote bool
+	// SalvageDamaged, if not nil, makes Open recover a file whose structure
+	// is damaged instead of refusing it with ErrDamaged: Open salvages it
+	// (see Salvage), calls SalvageDamaged with the report, and opens the
+	// fresh file. The damaged file is kept beside it. Nil means Open
+	// refuses the file and leaves it as it is. Not read with ReadOnly.
+	SalvageDamaged func(SalvageReport)
 
 	// Seams for tests: nil means the real clock, math/rand/v2, os.OpenFile.
 	now      func() time.Time
@@ -243,6 +250,14 @@ func Open(path string, opts Options) (*Queue, error) {
 // openLocked is Open once the lock file lf is locked.
 func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
 	st, err := openBolt(path, o, lf)
+	if errors.Is(err, ErrDamaged) && o.SalvageDamaged != nil && !o.ReadOnly {
+		rep, serr := salvageLocked(path, o)
+		if serr != nil || rep.Sound() {
+			return nil, err // nothing salvage can mend: as it was
+		}
+		o.SalvageDamaged(rep)
+		st, err = openBolt(path, o, lf)
+	}
 	if err != nil {
 		return nil, err
 	}

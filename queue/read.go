@@ -19,7 +19,7 @@ func (q *Queue) Get(id ID) (*Record, error) { return q.st.Get(id) }
 func (st *boltStore) Get(id ID) (*Record, error) {
 	var r *Record
 	err := st.guard(func() error {
-		return st.db.View(func(tx *bolt.Tx) error {
+		return st.view(func(tx *bolt.Tx) error {
 			b, err := open(tx)
 			if err != nil {
 				return err
@@ -51,7 +51,7 @@ func (q *Queue) List(s State, after ID, limit int) ([]*Record, error) {
 func (st *boltStore) List(s State, after ID, limit int) ([]*Record, error) {
 	var out []*Record
 	err := st.guard(func() error {
-		return st.db.View(func(tx *bolt.Tx) error {
+		return st.view(func(tx *bolt.Tx) error {
 			out = out[:0]
 			b, err := open(tx)
 			if err != nil {

@@ -310,11 +310,11 @@ func decodeFields(body []byte) (r *Record, lane string, err error) {
 	lane = d.String("lane")
 	r.ID = ID(d.Uvarint(math.MaxUint64, "ID"))
 	flags := d.Uvarint(math.MaxUint64, "flags")
-	r.Outcome = idem.Outcome(d.Uvarint(uint64(idem.NotApplied), "outcome"))
+	r.Outcome = decodeEnum[idem.Outcome](&d, knownOutcomes(), "outcome")
 	r.NumAttempts = int(d.Uvarint(math.MaxInt32, "attempts"))
 	r.NextAttempt, r.FirstSentAt = d.Time("NextAttempt"), d.Time("FirstSentAt")
 	r.EnqueuedAt, r.LastAttemptAt = d.Time("EnqueuedAt"), d.Time("LastAttemptAt")
-	r.LastClass = idem.Class(d.Uvarint(uint64(idem.ClassInvalid), "class"))
+	r.LastClass = decodeEnum[idem.Class](&d, knownClasses(), "class")
 	r.LastStatus = int(d.Uvarint(999, "status"))
 	r.LastError, r.Reason = d.String("last error"), d.String("reason")
 	r.ResubmittedAs = ID(d.Uvarint(math.MaxUint64, "resubmitted ID"))
@@ -379,9 +379,7 @@ func checkRecord(data []byte, id ID) (State, int64, string, error) {
 	case d.Err != nil:
 		return 0, 0, "", fmt.Errorf("%w: %v", errCorrupt, d.Err)
 	case got != id:
-		return 0, 0, "", fmt.Errorf("%w: holds ID %d", errCorrupt, got)
+		return 0, 0, "", fmt.Errorf("%w: %w: holds ID %d", errCorrupt, errWrongKey, got)
 	}
 	return s, settledAt, lane, nil
 }
-
-func validState(s State) bool { return s >= Pending && s <= Expired }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem/internal/binenc"
@@ -130,13 +131,22 @@ type boltStore struct {
 	ready   laneHeap
 	hwm     time.Time // the latest wall time seen, persisted at each lease
 	damaged []*Record // quarantined by Open, for Run to report
+
+	// broken is set, once, by a panic inside bbolt: the file is damaged and
+	// nothing writes to it again (see write).
+	broken atomic.Pointer[error]
 }
 
 // openBolt opens the file at path, whose lock file lf is locked, and
-// prepares it (see recover); a file mostly of free space is compacted.
+// prepares it (see recover); a file mostly of free space is compacted. A
+// file whose structure is damaged is opened ReadOnly only (see
+// checkStructure).
 func openBolt(path string, o Options, lf *os.File) (*boltStore, error) {
 	if !o.ReadOnly {
 		removeCompactions(path)
+		if err := checkStructure(path); err != nil {
+			return nil, err
+		}
 	}
 	db, err := openDB(path, o)
 	if err != nil {
@@ -187,8 +197,22 @@ func (st *boltStore) guard(fn func() error) error {
 // way, else in the next, shared with the writers that came meanwhile (see
 // group). fn may run twice, so it must only touch the transaction and
 // variables it sets afresh each time.
+//
+// A store broken by a panic inside bbolt (see broke) writes nothing more: a
+// write panics or fails on damaged pages, or damages them further. A
+// transaction that panicked breaks it.
 func (st *boltStore) write(fn func(*bolt.Tx) error) error {
-	return st.commits.do(st.db, fn)
+	if err := st.brokenErr(); err != nil {
+		return err
+	}
+	err := st.commits.do(st.db, fn)
+	if errors.Is(err, errPanicked) {
+		if !errors.Is(err, ErrDamaged) {
+			err = fmt.Errorf("%w: %s: %w", ErrDamaged, st.path, err)
+		}
+		return st.broke(err)
+	}
+	return err
 }
 
 // Location returns the file's path.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -125,7 +126,7 @@ func (st *boltStore) compact() error {
 		os.Remove(tmp)
 		return fmt.Errorf("queue: compact: %w", err)
 	}
-	if err := bolt.Compact(dst, st.db, 16<<20); err != nil {
+	if err := compactSafely(dst, st.db); err != nil {
 		dst.Close()
 		os.Remove(tmp)
 		return fmt.Errorf("queue: compact: %w", err)
@@ -156,6 +157,19 @@ func (st *boltStore) compact() error {
 	}
 	st.db = db
 	return nil
+}
+
+// compactSafely is bolt.Compact, with a panic inside bbolt, which a page
+// that the structure check passed but bbolt finds damaged can cause, turned
+// into ErrDamaged.
+func compactSafely(dst, src *bolt.DB) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s: reading panicked: %v", ErrDamaged, src.Path(), p)
+		}
+	}()
+	return bolt.Compact(dst, src, 16<<20)
 }
 
 // removeCompactions removes the temporary files of compactions a crash

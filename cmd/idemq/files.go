@@ -37,6 +37,22 @@ var queueBuckets = []string{"records", "keys", "meta"}
 // database, or one without the queue's buckets. A bbolt file that bbolt
 // cannot read is let through: queue.Open reports the damage.
 func (a *app) checkFile() error {
+	if err := a.checkPath(); err != nil {
+		return err
+	}
+	isBolt, err := hasBoltMeta(a.file)
+	if err != nil {
+		return err
+	}
+	if !isBolt {
+		return fmt.Errorf("%s is not a queue file: not a bbolt database", a.file)
+	}
+	return a.checkBuckets()
+}
+
+// checkPath returns an error naming a.file when it is missing, not a
+// regular file, or empty: no queue file, damaged or sound.
+func (a *app) checkPath() error {
 	fi, err := os.Stat(a.file)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -50,14 +66,7 @@ func (a *app) checkFile() error {
 	case fi.Size() == 0:
 		return fmt.Errorf("%s is empty, not a queue file", a.file)
 	}
-	isBolt, err := hasBoltMeta(a.file)
-	if err != nil {
-		return err
-	}
-	if !isBolt {
-		return fmt.Errorf("%s is not a queue file: not a bbolt database", a.file)
-	}
-	return a.checkBuckets()
+	return nil
 }
 
 // hasBoltMeta reports whether either of the file's meta pages starts with

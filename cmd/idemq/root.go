@@ -116,6 +116,7 @@ Exit codes: 0 ok, 1 error, 2 usage.`,
 		a.lsCommand(), a.showCommand(), a.statsCommand(),
 		a.discardCommand(), a.resubmitCommand(), a.resetClockCommand(),
 		a.drainCommand(),
+		a.salvageCommand(),
 	)
 	return root
 }
@@ -124,13 +125,8 @@ Exit codes: 0 ok, 1 error, 2 usage.`,
 // checkFile): an operator's typo must not become an empty queue, nor
 // another file a queue.
 func (a *app) open(opts queue.Options) (*queue.Queue, error) {
-	switch {
-	case a.file == "":
-		return nil, usagef("no queue file: pass --file or set IDEMQ_FILE")
-	case strings.Contains(a.file, "://") || strings.HasPrefix(a.file, "postgres"):
-		return nil, usagef("%s: only bbolt queue files are supported; PostgreSQL comes with the fleet store", a.file)
-	case a.lockTimeout <= 0:
-		return nil, usagef("--lock-timeout %v: want a positive duration", a.lockTimeout)
+	if err := a.checkFlags(); err != nil {
+		return nil, err
 	}
 	if err := a.checkFile(); err != nil {
 		return nil, err
@@ -142,6 +138,20 @@ func (a *app) open(opts queue.Options) (*queue.Queue, error) {
 		return nil, a.heldError()
 	}
 	return q, err
+}
+
+// checkFlags checks the flags that name the queue file and how long to wait
+// for it.
+func (a *app) checkFlags() error {
+	switch {
+	case a.file == "":
+		return usagef("no queue file: pass --file or set IDEMQ_FILE")
+	case strings.Contains(a.file, "://") || strings.HasPrefix(a.file, "postgres"):
+		return usagef("%s: only bbolt queue files are supported; PostgreSQL comes with the fleet store", a.file)
+	case a.lockTimeout <= 0:
+		return usagef("--lock-timeout %v: want a positive duration", a.lockTimeout)
+	}
+	return nil
 }
 
 // withQueue opens the queue with opts, runs fn and closes the queue.

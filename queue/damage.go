@@ -1,0 +1,138 @@
+package queue
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem/internal/binenc"
+)
+
+// Damage comes in two kinds. A record whose bytes fail their checksum, in a
+// file whose pages are sound, is quarantined (see quarantined): rewritten in
+// place as a failed record. Damage to the structure, the pages that hold
+// the records (a consistency check failing, keys out of order, a key that
+// disagrees with its record's ID, a panic inside bbolt), is never written
+// over: a write into a damaged page corrupts the tree further, and bbolt
+// panics on what it finds. Open refuses such a file (ErrDamaged) unless it
+// is opened ReadOnly, and Salvage copies what is readable into a fresh file.
+
+// errWrongKey is wrapped by checkRecord's error for a record stored under a
+// key other than its ID: the damage is in the page, not in the record.
+var errWrongKey = errors.New("stored under another key")
+
+// errPanicked is wrapped by the error of a write whose transaction
+// panicked.
+var errPanicked = errors.New("panicked")
+
+// checkStructure walks the file at path (see walker) and returns an error
+// wrapping ErrDamaged that names its structural problems, if it has any. A
+// file with no valid meta page is left to bbolt, which reports it.
+func checkStructure(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil // missing or unreadable: bolt.Open says which
+	}
+	defer f.Close()
+	w, ok, err := newWalker(f)
+	if err != nil || !ok {
+		return nil
+	}
+	w.onRecord = func(k, v []byte) {
+		if len(k) != 8 {
+			w.problem("records: key %x is not an ID", k)
+			return
+		}
+		key := ID(binary.BigEndian.Uint64(k))
+		if headerID(v) == key {
+			return // the usual case, without a second CRC (the scan checks it)
+		}
+		if id, ok := storedID(v); ok && id != key {
+			w.problem("records: key %x holds record %d", k, id)
+		}
+	}
+	w.walk()
+	return w.err(path)
+}
+
+// err returns the problems found, if any, as an error wrapping ErrDamaged.
+func (w *walker) err(path string) error {
+	if w.nIssues == 0 {
+		return nil
+	}
+	more := ""
+	if w.nIssues > len(w.issues) {
+		more = fmt.Sprintf("; %d more", w.nIssues-len(w.issues))
+	}
+	return fmt.Errorf("%w: %s: its structure is damaged (%s%s); nothing is written to it: open it ReadOnly to read it, or Salvage it into a fresh file",
+		ErrDamaged, path, strings.Join(w.issues, "; "), more)
+}
+
+// storedID returns the ID that data, a stored record, holds, if its
+// checksum shows it intact.
+func storedID(data []byte) (ID, bool) {
+	body, err := binenc.Unseal(data)
+	if err != nil || len(body) < laneOffset+1 || string(body[:len(recordMagic)]) != recordMagic {
+		return 0, false
+	}
+	d := binenc.Decoder{B: body[laneOffset:]}
+	d.String("lane")
+	id := ID(d.Uvarint(math.MaxUint64, "ID"))
+	return id, d.Err == nil
+}
+
+// headerID returns the ID in data's header, unchecked; 0 if there is none.
+func headerID(data []byte) ID {
+	if len(data) < laneOffset+1 {
+		return 0
+	}
+	d := binenc.Decoder{B: data[laneOffset:]}
+	d.String("lane")
+	return ID(d.Uvarint(math.MaxUint64, "ID"))
+}
+
+// broke marks the store broken by cause, an error wrapping ErrDamaged:
+// nothing writes to its file again. It returns the first cause.
+func (st *boltStore) broke(cause error) error {
+	st.broken.CompareAndSwap(nil, &cause)
+	return *st.broken.Load()
+}
+
+// brokenErr returns why the store is broken, or nil.
+func (st *boltStore) brokenErr() error {
+	if p := st.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// view runs fn in a read transaction. A panic inside bbolt, or a fault
+// reading its mapping, becomes ErrDamaged and breaks the store.
+func (st *boltStore) view(fn func(*bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = st.broke(fmt.Errorf("%w: %s: reading panicked: %v", ErrDamaged, st.path, p))
+		}
+	}()
+	return st.db.View(fn)
+}
+
+// update runs fn in db.Update, bbolt's commit included, turning a panic
+// into an error wrapping ErrDamaged and errPanicked. A panic that comes
+// from fn itself is caught by safely and is fn's own.
+func update(db *bolt.DB, fn func(*bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s: commit %w: %v", ErrDamaged, db.Path(), errPanicked, p)
+		}
+	}()
+	return db.Update(fn)
+}

@@ -1,0 +1,293 @@
+package queue
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idem-go/idem/internal/binenc"
+)
+
+// SalvageReport says what Salvage found and did.
+type SalvageReport struct {
+	// Recovered counts the records copied, byte for byte, into the fresh
+	// file; 0 when the file was sound and left as it was.
+	Recovered int
+	// Unreadable counts the records found whose stored bytes do not decode
+	// (a checksum that fails, a newer version); they are not copied.
+	Unreadable int
+	// Orphans counts the records found in pages the tree no longer
+	// reaches (a damaged page id in a branch) and copied, as they are not
+	// in the tree.
+	Orphans int
+	// Duplicates counts the records found twice, under two keys or in two
+	// pages; the copy furthest on (settled, more attempts) is kept.
+	Duplicates int
+	// Problems describes the first structural problems found (see
+	// Salvage); empty for a sound file. NumProblems counts them all.
+	Problems    []string
+	NumProblems int
+	// Kept is where the damaged file is kept, beside the fresh one; empty
+	// when the file was sound and left as it was.
+	Kept string
+}
+
+// Sound reports whether the file's structure was found sound, so that
+// Salvage left it as it was.
+func (r SalvageReport) Sound() bool { return r.NumProblems == 0 }
+
+// keptSuffix starts the name, after the queue file's, that Salvage gives
+// the damaged file it replaces; the time of the salvage follows.
+const keptSuffix = ".damaged-"
+
+// Salvage recovers the queue file at path when its structure is damaged,
+// which Open refuses (ErrDamaged): it reads the file without bbolt, page by
+// page, following its tree as the last commit left it, and copies every
+// record that decodes (its checksum shows it intact) into a fresh file,
+// byte for byte, with the supplied keys and the clock's mark. The fresh
+// file takes the path; the damaged one is kept beside it, named path +
+// ".damaged-" and the time. A record found twice is copied once; a record
+// that does not decode is counted, not copied. A file whose structure is
+// sound is left as it was: a damaged record in it is Open's to quarantine.
+//
+// Salvage never writes to the damaged file and never adds a record: it may
+// lose what the damage destroyed, and it copies the records as they were
+// stored, so one left in flight returns to pending at the next Open, as
+// after a crash. It takes the file's lock (Options.LockTimeout), so the
+// queue must not be open; of Options only LockTimeout is read.
+func Salvage(path string, opts Options) (SalvageReport, error) {
+	opts.ReadOnly = false
+	o, err := opts.withDefaults()
+	if err != nil {
+		return SalvageReport{}, err
+	}
+	lf, err := lock(path, o)
+	if err != nil {
+		return SalvageReport{}, err
+	}
+	defer lf.Close()
+	return salvageLocked(path, o)
+}
+
+// salvageLocked is Salvage once the file's lock is held.
+func salvageLocked(path string, o Options) (SalvageReport, error) {
+	s, err := readSalvage(path)
+	if err != nil || s.rep.Sound() {
+		return s.rep, err
+	}
+	if err := s.write(path, o); err != nil {
+		return s.rep, err
+	}
+	return s.rep, nil
+}
+
+// salvaged is what a salvage read.
+type salvaged struct {
+	rep     SalvageReport
+	records map[ID]salvagedRecord
+	hwm     int64 // the clock's mark, in nanoseconds
+}
+
+type salvagedRecord struct {
+	r    *Record
+	data []byte // as stored
+}
+
+// readSalvage walks the file at path (see walker) and collects its
+// records.
+func readSalvage(path string) (s *salvaged, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("queue: salvage: %w", err)
+	}
+	defer f.Close()
+	w, ok, err := newWalker(f)
+	if err != nil {
+		return nil, fmt.Errorf("queue: salvage: %w", err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: no valid bbolt meta page: nothing to salvage", ErrDamaged, path)
+	}
+	s = &salvaged{records: map[ID]salvagedRecord{}}
+	w.onRecord = func(k, v []byte) { s.record(w, k, v) }
+	var schema uint64
+	w.onMeta = func(k, v []byte) {
+		switch {
+		case len(v) != 8:
+		case string(k) == string(metaHWM):
+			s.hwm = max(s.hwm, int64(binary.BigEndian.Uint64(v)))
+		case string(k) == string(metaSchema):
+			schema = binary.BigEndian.Uint64(v)
+		}
+	}
+	defer func() {
+		// The walk checks every bound; a panic would be a bug in it, and
+		// what was read so far is still worth saving.
+		if p := recover(); p != nil {
+			w.problem("the walk stopped: %v", p)
+		}
+		s.rep.Problems, s.rep.NumProblems = w.issues, w.nIssues
+	}()
+	w.walk()
+	w.orphans(func(k, v []byte) {
+		if r, err := decodeRecord(v); err == nil && len(k) == 8 && ID(binary.BigEndian.Uint64(k)) == r.ID {
+			if _, ok := s.records[r.ID]; !ok { // the tree's copy is the current one
+				s.rep.Orphans++
+				s.records[r.ID] = salvagedRecord{r: r, data: v}
+			}
+		}
+	})
+	if schema != schemaVersion && len(s.records)+s.rep.Unreadable > 0 {
+		w.problem("layout version %d, want %d", schema, schemaVersion) // Open refuses it
+	}
+	return s, nil
+}
+
+// record collects the record stored under key k as v.
+func (s *salvaged) record(w *walker, k, v []byte) {
+	if len(k) != 8 {
+		w.problem("records: key %x is not an ID", k)
+	}
+	r, err := decodeRecord(v)
+	if err != nil {
+		s.rep.Unreadable++
+		return
+	}
+	if len(k) == 8 && ID(binary.BigEndian.Uint64(k)) != r.ID {
+		w.problem("records: key %x holds record %d", k, r.ID) // the record's checksum covers its ID; the key's nothing
+	}
+	for _, t := range [...]time.Time{r.EnqueuedAt, r.LastAttemptAt, r.SettledAt} {
+		s.hwm = max(s.hwm, binenc.Nanos(t))
+	}
+	old, dup := s.records[r.ID]
+	if dup {
+		s.rep.Duplicates++
+		if !furtherOn(r, old.r) {
+			return
+		}
+	}
+	s.records[r.ID] = salvagedRecord{r: r, data: v}
+}
+
+// furtherOn reports whether a is further on in its life than b, two copies
+// of one record: settled before unsettled, then more attempts, then a later
+// attempt.
+func furtherOn(a, b *Record) bool {
+	switch {
+	case a.State.Settled() != b.State.Settled():
+		return a.State.Settled()
+	case a.NumAttempts != b.NumAttempts:
+		return a.NumAttempts > b.NumAttempts
+	}
+	return a.LastAttemptAt.After(b.LastAttemptAt)
+}
+
+// write writes the records into a fresh file, then puts it in path's place
+// and keeps the damaged file beside it.
+func (s *salvaged) write(path string, o Options) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".salvage-*")
+	if err != nil {
+		return fmt.Errorf("queue: salvage: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	if err := s.fill(tmp, o); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	kept := path + keptSuffix + o.now().UTC().Format("20060102T150405.000000000Z")
+	// A link (or a copy) keeps the damaged file and the rename replaces it
+	// at once: a crash between them leaves the damaged file at path, never
+	// no file, which the next Open would take for a new, empty queue.
+	if err := keep(path, kept); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("queue: salvage: keep the damaged file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		os.Remove(kept)
+		return fmt.Errorf("queue: salvage: %w", err)
+	}
+	syncDir(path)
+	s.rep.Kept, s.rep.Recovered = kept, len(s.records)
+	return nil
+}
+
+// keep makes kept a name of the file at path: a hard link, or a copy where
+// the file system has none.
+func keep(path, kept string) error {
+	if os.Link(path, kept) == nil {
+		return nil
+	}
+	src, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(kept, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(kept)
+	}
+	return err
+}
+
+// fill writes the records, their supplied keys, the layout version and the
+// clock's mark into the new file at path, in one commit.
+func (s *salvaged) fill(path string, o Options) error {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile})
+	if err != nil {
+		return fmt.Errorf("queue: salvage: %w", err)
+	}
+	ids := make([]ID, 0, len(s.records))
+	for id := range s.records {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := open(tx)
+		if err != nil {
+			return err
+		}
+		if err := putUint(b.meta, metaSchema, schemaVersion); err != nil {
+			return err
+		}
+		if err := putUint(b.meta, metaHWM, uint64(s.hwm)); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			sr := s.records[id]
+			if err := b.records.Put(idKey(id), sr.data); err != nil {
+				return err
+			}
+			if in := sr.r.Intent; in != nil && in.KeySupplied() {
+				if err := b.keys.Put([]byte(in.Key()), idKey(id)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("queue: salvage: write the fresh file: %w", err)
+	}
+	return nil
+}
