@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
 )
 
@@ -35,23 +34,7 @@ func checkSize(path string) error {
 	if err != nil || fi.Size() == 0 {
 		return nil
 	}
-	var first [metaSize]byte
-	if _, err := io.ReadFull(f, first[:]); err != nil {
-		return nil
-	}
-	best, ok := readMeta(first[:])
-	pageSize := int64(os.Getpagesize())
-	if ok {
-		pageSize = int64(best.pageSize)
-	}
-	second := make([]byte, metaSize)
-	if pageSize > 0 && pageSize <= 1<<16 {
-		if _, err := f.ReadAt(second, pageSize); err == nil {
-			if m, ok2 := readMeta(second); ok2 && (!ok || m.txid > best.txid) {
-				best, ok = m, true
-			}
-		}
-	}
+	best, _, ok := currentMeta(f)
 	if !ok {
 		return nil
 	}
@@ -63,9 +46,34 @@ func checkSize(path string) error {
 
 type boltMeta struct {
 	pageSize uint32
+	root     uint64 // the root bucket's page
 	freelist uint64
 	pages    uint64
 	txid     uint64
+}
+
+// currentMeta reads the meta pages of f and returns the one bbolt would
+// use: the valid one with the higher transaction id. ok is false when
+// neither is valid.
+func currentMeta(f *os.File) (best boltMeta, pageSize int64, ok bool) {
+	var first [metaSize]byte
+	if _, err := f.ReadAt(first[:], 0); err != nil {
+		return boltMeta{}, 0, false
+	}
+	best, ok = readMeta(first[:])
+	pageSize = int64(os.Getpagesize())
+	if ok {
+		pageSize = int64(best.pageSize)
+	}
+	var second [metaSize]byte
+	if pageSize > 0 && pageSize <= 1<<16 {
+		if _, err := f.ReadAt(second[:], pageSize); err == nil {
+			if m, ok2 := readMeta(second[:]); ok2 && (!ok || m.txid > best.txid) {
+				best, ok = m, true
+			}
+		}
+	}
+	return best, pageSize, ok
 }
 
 // readMeta parses and checks a meta page.
@@ -80,5 +88,5 @@ func readMeta(p []byte) (boltMeta, bool) {
 	if h.Sum64() != e.Uint64(p[metaChecksumEnd:]) {
 		return boltMeta{}, false
 	}
-	return boltMeta{pageSize: e.Uint32(m[8:]), freelist: e.Uint64(m[32:]), pages: e.Uint64(m[40:]), txid: e.Uint64(m[48:])}, true
+	return boltMeta{pageSize: e.Uint32(m[8:]), root: e.Uint64(m[16:]), freelist: e.Uint64(m[32:]), pages: e.Uint64(m[40:]), txid: e.Uint64(m[48:])}, true
 }

@@ -33,7 +33,6 @@ type walker struct {
 	f        io.ReaderAt
 	size     int64
 	meta     boltMeta
-	root     uint64 // the root bucket's page
 	seen     map[uint64]bool
 	free     map[uint64]bool // nil until the free list is read whole
 	issues   []string        // structural problems, the first maxWalkIssues
@@ -59,27 +58,7 @@ func newWalker(f *os.File) (*walker, bool, error) {
 		return nil, false, err
 	}
 	w := &walker{f: f, size: fi.Size(), seen: map[uint64]bool{}}
-	var first [metaSize]byte
-	if _, err := f.ReadAt(first[:], 0); err != nil {
-		return w, false, nil
-	}
-	best, ok := readMeta(first[:])
-	rootOf := func(p []byte) uint64 { return binary.NativeEndian.Uint64(p[metaHeader+16:]) }
-	if ok {
-		w.root = rootOf(first[:])
-	}
-	pageSize := int64(os.Getpagesize())
-	if ok {
-		pageSize = int64(best.pageSize)
-	}
-	second := make([]byte, metaSize)
-	if pageSize > 0 && pageSize <= 1<<16 {
-		if _, err := f.ReadAt(second, pageSize); err == nil {
-			if m, ok2 := readMeta(second); ok2 && (!ok || m.txid > best.txid) {
-				best, ok, w.root = m, true, rootOf(second)
-			}
-		}
-	}
+	best, _, ok := currentMeta(f)
 	w.meta = best
 	if ok && (best.pageSize < 512 || best.pageSize > 1<<16) {
 		return w, false, nil
@@ -124,7 +103,7 @@ func (w *walker) page(id uint64) []byte {
 // walk walks the whole tree: the root bucket and the buckets in it.
 func (w *walker) walk() {
 	w.seen[0], w.seen[1] = true, true
-	w.tree(w.root, nil, nil, nil, func(k, v []byte, flags uint32) {
+	w.tree(w.meta.root, nil, nil, nil, func(k, v []byte, flags uint32) {
 		if flags&bucketElem == 0 {
 			w.problem("root: key %q is not a bucket", k)
 			return
