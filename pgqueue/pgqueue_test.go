@@ -125,7 +125,7 @@ func TestEnqueueTxCommit(t *testing.T) {
 // TestEnqueueTxRollback: a rolled back transaction leaves neither the order
 // nor its intent, and sends nothing.
 func TestEnqueueTxRollback(t *testing.T) {
-	pool, srv, _, ctx := shop(t) // the queue runs, and must find nothing to send
+	pool, srv, q, ctx := shop(t) // the queue runs, and must find nothing to send
 
 	errOutOfStock := errors.New("out of stock")
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -141,8 +141,12 @@ func TestEnqueueTxRollback(t *testing.T) {
 	assert.Equal(t, 0, countRows(t, pool, "SELECT count(*) FROM orders"))
 	assert.Equal(t, 0, countRows(t, pool, "SELECT count(*) FROM idem_queue_records"))
 	assert.Equal(t, 0, countRows(t, pool, "SELECT count(*) FROM idem_queue_lanes"), "no lane made for a rolled back intent")
-	time.Sleep(300 * time.Millisecond)
-	assert.Empty(t, srv.got())
+	// A later intent, sent, shows that the running queue had its look.
+	id, err := q.Enqueue(ctx, post(t, srv.URL+"/payments/o-3", idem.WithKey("order-o-3")))
+	require.NoError(t, err)
+	_, err = q.Wait(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/payments/o-3"}, srv.got(), "only the committed intent was sent")
 }
 
 // statementCounter counts the statements sent on a pool's connections.
