@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -332,6 +333,14 @@ func (in *Intent) Body() []byte { return slices.Clone(in.body) }
 
 // BodyLen returns the length of the body in bytes.
 func (in *Intent) BodyLen() int { return len(in.body) }
+
+// SameOperation reports whether o asks for the same operation as in: the
+// same method, URL and body. A queue takes a supplied key that comes again
+// with the same operation as the record it already holds, and refuses it
+// with another (queue.ErrKeyInUse). It copies neither body.
+func (in *Intent) SameOperation(o *Intent) bool {
+	return o != nil && in.method == o.method && in.url == o.url && bytes.Equal(in.body, o.body)
+}
 
 // Header returns a copy of the intent's headers; nil when it has none.
 func (in *Intent) Header() http.Header {

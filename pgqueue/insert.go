@@ -1,7 +1,6 @@
 package pgqueue
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -154,7 +153,7 @@ func insert(ctx context.Context, db querier, r *queue.Record) (queue.ID, error) 
 // error names the record instead.
 func sameOperation(holder *queue.Record, in *idem.Intent) (queue.ID, error) {
 	o := holder.Intent
-	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
+	if !o.SameOperation(in) {
 		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", queue.ErrKeyInUse, holder.ID, o.Method(), redact.RawURL(o.URL()))
 	}
 	return holder.ID, nil

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -211,7 +210,7 @@ func (st *boltStore) sameKey(b buckets, in *idem.Intent) (ID, error) {
 	if o == nil {
 		return 0, fmt.Errorf("%w: record %d, found damaged, holds its key; Discard it to free the key", ErrKeyInUse, id)
 	}
-	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
+	if !o.SameOperation(in) {
 		// The key and the URL's query may be secrets: the record's ID
 		// tells the operator which one is meant.
 		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", ErrKeyInUse, id, o.Method(), redact.RawURL(o.URL()))
