@@ -64,7 +64,7 @@ func NewRecord(in *idem.Intent, now time.Time) (*Record, error) {
 	if in == nil {
 		return nil, fmt.Errorf("%w: nil intent", idem.ErrInvalidIntent)
 	}
-	if !in.HasKey() && !methods.Idempotent(in.Method()) {
+	if in.Key() == "" && !methods.Idempotent(in.Method()) {
 		return nil, fmt.Errorf("%w: %s %s", ErrNeedsKey, in.Method(), redact.RawURL(in.URL()))
 	}
 	data, err := in.MarshalBinary()
