@@ -139,8 +139,9 @@ const DefaultBudgetTokens = 30
 // So in a total outage retries stop after capacity of them, however many
 // operations fail, instead of multiplying the load on a sick server; while
 // the server answers, every operation may retry about once, so random faults
-// of up to about half the attempts never exhaust it. A Budget is safe for
-// concurrent use.
+// of up to about half the attempts never exhaust it. What is left shows in
+// the Stats of a Client or Transport that uses it (Stats.BudgetTokens). A
+// Budget is safe for concurrent use.
 type Budget struct {
 	mu       sync.Mutex // guards tokens
 	tokens   int
