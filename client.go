@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/internal/replay"
 	"github.com/idem-go/idem/redact"
 )
 
@@ -218,7 +219,7 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		return nil, e
 	}
 	res := r.result()
-	res.Outcome, res.Replayed, res.Response = d.Outcome, IsReplayed(ownAnswer(resp, r.method).Header), resp
+	res.Outcome, res.Replayed, res.Response = d.Outcome, replay.Replayed(ownAnswer(resp, r.method).Header), resp
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
 	return res, nil
 }
@@ -256,7 +257,7 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent, p Policy) erro
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
 		},
 		s:      &intentSender{c: c, in: in, hc: c.httpClient()},
-		method: in.method, url: in.url, hasKey: in.HasKey(), origin: in.u,
+		method: in.method, url: in.url, hasKey: in.key != "", origin: in.u,
 	}
 	return nil
 }

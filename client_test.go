@@ -175,15 +175,16 @@ func (s step) statusOr200() int {
 
 func TestDoDeletePolicy(t *testing.T) {
 	for _, tt := range []struct {
+		name    string
 		policy  DeletePolicy
 		outcome Outcome
 		class   Class
 	}{
-		{DeleteAlways, AlreadyApplied, ClassAlreadyApplied},
-		{DeleteAfterAmbiguous, NotApplied, ClassRejected},
-		{DeleteNever, NotApplied, ClassRejected},
+		{"always", DeleteAlways, AlreadyApplied, ClassAlreadyApplied},
+		{"after-ambiguous", DeleteAfterAmbiguous, NotApplied, ClassRejected},
+		{"never", DeleteNever, NotApplied, ClassRejected},
 	} {
-		t.Run(tt.policy.String(), func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			srv := newScripted(t, answer(404))
 			c, _ := testClient(t, nil)
 			c.DeletePolicy = tt.policy
@@ -343,7 +344,7 @@ func TestDoBudget(t *testing.T) {
 	require.ErrorIs(t, err, ErrBudgetExhausted)
 	assert.ErrorIs(t, err, ErrOutcomeUnknown)
 	assert.Len(t, asError(t, err).Attempts, 2)
-	assert.Equal(t, 0, c.Budget.Tokens())
+	assert.Equal(t, 0, c.Budget.left())
 	assert.Len(t, srv.Requests(), 2)
 }
 
@@ -353,7 +354,7 @@ func TestDoDefaultBudgetSharedAndRefilled(t *testing.T) {
 	res, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "x"))
 	require.NoError(t, err)
 	res.Response.Body.Close()
-	assert.Equal(t, DefaultBudgetTokens, c.budget.or(c.Budget).Tokens(), "an answer puts back what a retry took")
+	assert.Equal(t, DefaultBudgetTokens, c.budget.or(c.Budget).left(), "an answer puts back what a retry took")
 	assert.Same(t, c.budget.or(c.Budget), c.budget.or(c.Budget))
 }
 

@@ -98,18 +98,6 @@ const (
 	DeleteNever
 )
 
-func (p DeletePolicy) String() string {
-	switch p {
-	case DeleteAfterAmbiguous:
-		return "after-ambiguous"
-	case DeleteAlways:
-		return "always"
-	case DeleteNever:
-		return "never"
-	}
-	return fmt.Sprintf("DeletePolicy(%d)", uint8(p))
-}
-
 // Wire records what one attempt put on the wire, as net/http/httptrace
 // reported it.
 type Wire struct {
@@ -396,7 +384,7 @@ func applyHint(d *decision, f facts) {
 	if f.Err != nil {
 		return
 	}
-	// EqualFold, as IsReplayed reads its header: no lowered copy per attempt.
+	// EqualFold, as a replay header is read: no lowered copy per attempt.
 	switch v := strings.TrimSpace(f.Header.Get("Stripe-Should-Retry")); {
 	case strings.EqualFold(v, "true"):
 		d.Action, d.Reason, d.Cause = ActionRetry, "", nil
@@ -460,17 +448,4 @@ func permanent(err error) bool {
 func outsideDates(err error) bool {
 	var invalid x509.CertificateInvalidError
 	return errors.As(err, &invalid) && invalid.Reason == x509.Expired
-}
-
-// IsReplayed reports whether a response says it is a replay of a stored
-// answer, in any of the spellings deployed servers use: Idempotent-Replayed,
-// Idempotency-Replayed or X-Idempotent-Replayed, with the value true.
-func IsReplayed(h http.Header) bool {
-	for _, name := range [...]string{"Idempotent-Replayed", "Idempotency-Replayed", "X-Idempotent-Replayed"} {
-		// The names are canonical: a map lookup, without Get's canonicalising.
-		if vs := h[name]; len(vs) > 0 && strings.EqualFold(strings.TrimSpace(vs[0]), "true") {
-			return true
-		}
-	}
-	return false
 }

@@ -285,24 +285,6 @@ func TestDecideServerHint(t *testing.T) {
 	}
 }
 
-func TestIsReplayed(t *testing.T) {
-	tests := []struct {
-		h    http.Header
-		want bool
-	}{
-		{http.Header{"Idempotent-Replayed": {"true"}}, true},
-		{http.Header{"Idempotency-Replayed": {"TRUE"}}, true},
-		{http.Header{"X-Idempotent-Replayed": {" true "}}, true},
-		{http.Header{"Idempotent-Replayed": {"false"}}, false},
-		{http.Header{"Idempotent-Replayed": {"?1"}}, false},
-		{http.Header{}, false},
-		{nil, false},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, IsReplayed(tt.h), "IsReplayed(%v)", tt.h)
-	}
-}
-
 func TestStringers(t *testing.T) {
 	for c := ClassNone; c < numClasses; c++ {
 		assert.NotContains(t, c.String(), "Class(", "class %d has no name", c)
@@ -320,10 +302,6 @@ func TestStringers(t *testing.T) {
 		assert.NotContains(t, a.String(), "Action(")
 	}
 	assert.Equal(t, "Action(0)", Action(0).String())
-	for _, p := range []DeletePolicy{DeleteAfterAmbiguous, DeleteAlways, DeleteNever} {
-		assert.NotContains(t, p.String(), "DeletePolicy(")
-	}
-	assert.Equal(t, "DeletePolicy(7)", DeletePolicy(7).String())
 	assert.True(t, Applied.Succeeded() && AlreadyApplied.Succeeded())
 	assert.False(t, Unknown.Succeeded() || NotApplied.Succeeded() || NoOutcome.Succeeded())
 }

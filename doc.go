@@ -54,8 +54,9 @@
 // req.Header["idempotency-key"] as it is, and the server reads it as the
 // key. An Authorize hook must leave it as the Client set it.
 //
-// The functions classify and decide implement this table as pure functions
-// over the facts of one attempt.
+// The table reads the facts of one attempt, and whether an earlier attempt
+// of the intent was ambiguous, and nothing else (no clock, no I/O, no
+// randomness): the same facts always give the same decision.
 //
 // # Outcomes
 //

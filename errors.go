@@ -109,7 +109,7 @@ var (
 
 	// ErrInvalidIntent is returned by NewIntent and UnmarshalBinary for a bad
 	// method, URL, header, lane or encoding, and by Client.Do and
-	// Client.Do and Client.Resume for a nil intent.
+	// Client.Resume for a nil intent.
 	ErrInvalidIntent = errors.New("idem: invalid intent")
 	// ErrInvalidKey is returned for an idempotency key that is empty, longer
 	// than MaxKeyLen, or holds a character outside visible ASCII or one of

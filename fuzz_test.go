@@ -72,18 +72,18 @@ func fzAllDigits(s string) bool {
 	return s != ""
 }
 
-// FuzzValidateKey checks ValidateKey against an independent statement of
+// FuzzValidateKey checks validateKey against an independent statement of
 // the rule, and that an accepted key makes an intent, reaches the request
 // header unchanged in both formats and survives the binary form.
 func FuzzValidateKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key string) {
-		err := ValidateKey(key)
+		err := validateKey(key)
 		if want := fzKeyRule(key); (err == nil) != want {
-			t.Fatalf("ValidateKey(%q) = %v; want accepted = %v", key, err, want)
+			t.Fatalf("validateKey(%q) = %v; want accepted = %v", key, err, want)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalidKey) || !strings.HasPrefix(err.Error(), "idem: invalid idempotency key: ") {
-				t.Fatalf("ValidateKey(%q) = %q; want an ErrInvalidKey saying what is wrong", key, err)
+				t.Fatalf("validateKey(%q) = %q; want an ErrInvalidKey saying what is wrong", key, err)
 			}
 			if _, nerr := NewIntent("POST", "https://api.example/pay", nil, WithKey(key)); !errors.Is(nerr, ErrInvalidKey) {
 				t.Fatalf("NewIntent with invalid key %q: err = %v, want ErrInvalidKey", key, nerr)

@@ -1,10 +1,10 @@
 package idem
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -22,6 +22,9 @@ import (
 // MaxBodyBytes is the largest body an Intent holds. An intent keeps its body in
 // memory (and a queue keeps it on disk) so that every attempt is byte-identical;
 // larger uploads belong in a dedicated upload protocol, not in a retried request.
+// Read a body that arrives as a stream up to one byte more
+// (io.LimitReader(r, MaxBodyBytes+1)): NewIntent then refuses a longer stream
+// with ErrBodyTooLarge rather than holding it cut.
 const MaxBodyBytes = 8 << 20
 
 // MaxKeyLen is the longest idempotency key accepted, in bytes.
@@ -66,24 +69,6 @@ type intentConfig struct {
 	lane        string
 }
 
-// ReadBody reads a body for NewIntent from a stream, up to MaxBodyBytes;
-// a longer stream gives ErrBodyTooLarge rather than a body silently cut. An
-// Intent holds its body as bytes so that every attempt, and every resend from
-// a queue, is byte-identical.
-func ReadBody(r io.Reader) ([]byte, error) {
-	if r == nil {
-		return nil, nil
-	}
-	b, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("idem: reading body: %w", err)
-	}
-	if len(b) > MaxBodyBytes {
-		return nil, fmt.Errorf("%w: the stream holds more than %d bytes", ErrBodyTooLarge, MaxBodyBytes)
-	}
-	return b, nil
-}
-
 // WithKey supplies the idempotency key instead of generating one; use it when
 // the key was born earlier (an upstream request's key, a key stored with an
 // order). The key must be 1 to 255 visible ASCII characters without '"', '\'
@@ -91,7 +76,7 @@ func ReadBody(r io.Reader) ([]byte, error) {
 // NewIntent refuses WithKey for them.
 func WithKey(key string) IntentOption {
 	return func(c *intentConfig) error {
-		if err := ValidateKey(key); err != nil {
+		if err := validateKey(key); err != nil {
 			return err
 		}
 		c.key, c.hasKey, c.noKey = key, true, false
@@ -312,9 +297,6 @@ func (in *Intent) URL() string { return in.url }
 // Key returns the idempotency key, or "" for a safe method, which has none.
 func (in *Intent) Key() string { return in.key }
 
-// HasKey reports whether the intent carries an idempotency key.
-func (in *Intent) HasKey() bool { return in.key != "" }
-
 // KeySupplied reports whether the key was given with WithKey rather than
 // generated. A generated key is new by construction (122 random bits); only a
 // supplied key, derived from something the application already had, can
@@ -330,8 +312,13 @@ func (in *Intent) CreatedAt() time.Time { return in.createdAt }
 // Body returns a copy of the body.
 func (in *Intent) Body() []byte { return slices.Clone(in.body) }
 
-// BodyLen returns the length of the body in bytes.
-func (in *Intent) BodyLen() int { return len(in.body) }
+// SameOperation reports whether o asks for the same operation as in: the
+// same method, URL and body. A queue takes a supplied key that comes again
+// with the same operation as the record it already holds, and refuses it
+// with another (queue.ErrKeyInUse). It copies neither body.
+func (in *Intent) SameOperation(o *Intent) bool {
+	return o != nil && in.method == o.method && in.url == o.url && bytes.Equal(in.body, o.body)
+}
 
 // Header returns a copy of the intent's headers; nil when it has none.
 func (in *Intent) Header() http.Header {
@@ -364,10 +351,10 @@ func DeriveKey(parent, phase string) string {
 	return uuid.NewSHA1(deriveNamespace(), name).String()
 }
 
-// ValidateKey reports whether key is acceptable as an idempotency key: 1 to
+// validateKey reports whether key is acceptable as an idempotency key: 1 to
 // 255 visible ASCII characters, none of '"', '\' or ','. The error wraps
 // ErrInvalidKey.
-func ValidateKey(key string) error {
+func validateKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidKey)
 	}

@@ -48,10 +48,9 @@ func TestNewIntentKeys(t *testing.T) {
 				u, err := uuid.Parse(in.Key())
 				require.NoError(t, err, "key %q", in.Key())
 				assert.Equal(t, uuid.Version(4), u.Version())
-				assert.True(t, in.HasKey())
+				assert.NotEmpty(t, in.Key())
 			default:
 				assert.Equal(t, tt.want, in.Key())
-				assert.Equal(t, tt.want != "", in.HasKey())
 			}
 		})
 	}
@@ -85,7 +84,7 @@ func TestNewIntentCopiesInput(t *testing.T) {
 	h := in.Header()
 	h.Set("X-Trace", "2")
 	assert.Equal(t, "1", in.Header().Get("X-Trace"), "Header must return a copy")
-	assert.Equal(t, 5, in.BodyLen())
+	assert.Len(t, in.Body(), 5)
 }
 
 func TestNewIntentCreatedAt(t *testing.T) {
@@ -155,9 +154,9 @@ func TestNewIntentNilOptionIgnored(t *testing.T) {
 }
 
 func TestValidateKeyBounds(t *testing.T) {
-	assert.NoError(t, ValidateKey(strings.Repeat("k", MaxKeyLen)))
-	assert.NoError(t, ValidateKey("!#$%&'()*+-./09:;<=>?@AZ[]^_`az{|}~"))
-	assert.ErrorIs(t, ValidateKey("\x7f"), ErrInvalidKey)
+	assert.NoError(t, validateKey(strings.Repeat("k", MaxKeyLen)))
+	assert.NoError(t, validateKey("!#$%&'()*+-./09:;<=>?@AZ[]^_`az{|}~"))
+	assert.ErrorIs(t, validateKey("\x7f"), ErrInvalidKey)
 }
 
 func TestDerive(t *testing.T) {
@@ -167,7 +166,7 @@ func TestDerive(t *testing.T) {
 	assert.Equal(t, charge, DeriveKey("order-7", "charge"), "derive must be deterministic")
 	assert.NotEqual(t, charge, DeriveKey(in.Key(), "ship"))
 	assert.NotEqual(t, DeriveKey("a:b", "c"), DeriveKey("a", "b:c"))
-	assert.NoError(t, ValidateKey(charge))
+	assert.NoError(t, validateKey(charge))
 	u, err := uuid.Parse(charge)
 	require.NoError(t, err)
 	assert.Equal(t, uuid.Version(5), u.Version())

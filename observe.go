@@ -45,7 +45,7 @@ type metrics struct {
 
 func (m *metrics) stats(b *Budget) Stats {
 	s := Stats{
-		BudgetTokens: b.Tokens(),
+		BudgetTokens: b.left(),
 		Requests:     m.attempts.Load(), Replays: m.replays.Load(), Conflicts: m.conflicts.Load(),
 		KeyReused: m.keyReused.Load(), BudgetRefusals: m.budgetRefusals.Load(),
 		RetriesAfter: map[Class]uint64{}, Outcomes: map[Outcome]uint64{},

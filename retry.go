@@ -9,20 +9,21 @@ import (
 	"time"
 )
 
-// DefaultPolicy returns the policy whose values a Client's or Transport's
-// Policy takes for its zero fields: 4 attempts, backoff from 200 ms doubling
-// to 10 s, Retry-After waited up to 60 s; no bound on elapsed time or on one
-// attempt but the context's and the http.Client's. A queue, whose schedule
-// spans hours, has its own (queue.DefaultPolicy).
-func DefaultPolicy() Policy {
+// defaultPolicy returns the policy whose values a Client's or Transport's
+// Policy takes for its zero fields (see Policy).
+func defaultPolicy() Policy {
 	return Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: 60 * time.Second}
 }
 
 // Policy says how many attempts an operation gets and how long to wait
 // between them: a call's, by Client and Transport, or each queued record's,
 // by a queue, with the same meaning. The zero Policy is the default policy;
-// each zero field takes the default of whoever runs it (DefaultPolicy, or
-// queue.DefaultPolicy). Negative fields are invalid.
+// each zero field takes the default of whoever runs it. A Client's and a
+// Transport's are 4 attempts, backoff from 200 ms doubling to 10 s,
+// Retry-After waited up to 60 s, and no bound on elapsed time or on one
+// attempt but the context's and the http.Client's; a queue, whose schedule
+// spans hours, has its own (queue.DefaultPolicy). Negative fields are
+// invalid.
 type Policy struct {
 	// MaxAttempts is the number of attempts, the first included; 1 means
 	// no retries.
@@ -52,7 +53,7 @@ func (p Policy) withDefaults() (Policy, error) {
 	if p.MaxAttempts < 0 || p.BaseDelay < 0 || p.MaxDelay < 0 || p.MaxElapsed < 0 || p.AttemptTimeout < 0 || p.MaxRetryAfter < 0 {
 		return p, p.negativeField()
 	}
-	def := DefaultPolicy()
+	def := defaultPolicy()
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = def.MaxAttempts
 	}
@@ -138,8 +139,9 @@ const DefaultBudgetTokens = 30
 // So in a total outage retries stop after capacity of them, however many
 // operations fail, instead of multiplying the load on a sick server; while
 // the server answers, every operation may retry about once, so random faults
-// of up to about half the attempts never exhaust it. A Budget is safe for
-// concurrent use.
+// of up to about half the attempts never exhaust it. What is left shows in
+// the Stats of a Client or Transport that uses it (Stats.BudgetTokens). A
+// Budget is safe for concurrent use.
 type Budget struct {
 	mu       sync.Mutex // guards tokens
 	tokens   int
@@ -153,8 +155,8 @@ func NewBudget(capacity int) *Budget {
 	return &Budget{tokens: capacity, capacity: capacity}
 }
 
-// Tokens returns the tokens left, or -1 for an unlimited budget.
-func (b *Budget) Tokens() int {
+// left returns the tokens left, or -1 for an unlimited budget.
+func (b *Budget) left() int {
 	if b.capacity == 0 {
 		return -1
 	}

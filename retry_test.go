@@ -44,7 +44,7 @@ func TestPolicyDefaults(t *testing.T) {
 	p, err := Policy{}.withDefaults()
 	require.NoError(t, err)
 	assert.Equal(t, Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute}, p)
-	assert.Equal(t, DefaultPolicy(), p, "the zero Policy is DefaultPolicy")
+	assert.Equal(t, defaultPolicy(), p, "the zero Policy is the default policy")
 
 	kept, err := Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxElapsed: time.Hour, AttemptTimeout: 3 * time.Second, MaxRetryAfter: 5 * time.Second}.withDefaults()
 	require.NoError(t, err)
@@ -85,21 +85,21 @@ func TestBudget(t *testing.T) {
 		} else {
 			b.answered()
 		}
-		if ok != st.ok || b.Tokens() != st.tokens {
-			t.Errorf("step %d %s: ok %v, tokens %d; want %v, %d", i, st.op, ok, b.Tokens(), st.ok, st.tokens)
+		if ok != st.ok || b.left() != st.tokens {
+			t.Errorf("step %d %s: ok %v, tokens %d; want %v, %d", i, st.op, ok, b.left(), st.ok, st.tokens)
 		}
 	}
 }
 
 func TestBudgetUnlimited(t *testing.T) {
 	b := NewBudget(0)
-	assert.Equal(t, -1, b.Tokens())
+	assert.Equal(t, -1, b.left())
 	for range 1000 {
 		require.True(t, b.take())
 	}
 	b.answered()
-	assert.Equal(t, -1, b.Tokens(), "a success leaves an unlimited budget unlimited")
-	assert.Equal(t, -1, NewBudget(-5).Tokens())
+	assert.Equal(t, -1, b.left(), "a success leaves an unlimited budget unlimited")
+	assert.Equal(t, -1, NewBudget(-5).left())
 }
 
 func TestBudgetConcurrent(t *testing.T) {
@@ -120,7 +120,7 @@ func TestBudgetConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, DefaultBudgetTokens, granted, "a full budget allows exactly capacity retries")
-	assert.Equal(t, 0, b.Tokens())
+	assert.Equal(t, 0, b.left())
 }
 
 // TestBudgetRefilledOnlyByServedAnswers: a 429 the server says not to retry
@@ -144,7 +144,7 @@ func TestBudgetRefilledOnlyByServedAnswers(t *testing.T) {
 			if err == nil {
 				res.Response.Body.Close()
 			}
-			assert.Equal(t, tt.tokens, c.Budget.Tokens())
+			assert.Equal(t, tt.tokens, c.Budget.left())
 		})
 	}
 }

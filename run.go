@@ -354,13 +354,6 @@ func (r *run) fail(o Outcome, reason string, retryAfter time.Duration, cause err
 	return e
 }
 
-func header(resp *http.Response) http.Header {
-	if resp == nil {
-		return nil
-	}
-	return resp.Header
-}
-
 // drain reads a bounded part of an unwanted body and closes it, so that its
 // connection can be reused.
 func drain(resp *http.Response) {

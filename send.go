@@ -55,7 +55,7 @@ func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
 	name, key := keyHeaderName(c.KeyHeader), ""
-	if in.HasKey() {
+	if in.key != "" {
 		key = in.key
 		if c.KeyFormat == KeySFString {
 			key = `"` + key + `"`

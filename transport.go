@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-go/idem/internal/anycase"
 	"github.com/idem-go/idem/internal/methods"
+	"github.com/idem-go/idem/internal/replay"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -153,7 +154,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		e.URL = req.URL.String()
 		out = e.Outcome
 	}
-	replayed := IsReplayed(resp.Header)
+	replayed := replay.Replayed(resp.Header)
 	r.obs.finish(ctx, &r, out, replayed, e)
 	t.settle(key, out, changed, r.clock)
 	if rep != nil {

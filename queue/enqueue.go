@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -65,7 +64,7 @@ func NewRecord(in *idem.Intent, now time.Time) (*Record, error) {
 	if in == nil {
 		return nil, fmt.Errorf("%w: nil intent", idem.ErrInvalidIntent)
 	}
-	if !in.HasKey() && !methods.Idempotent(in.Method()) {
+	if in.Key() == "" && !methods.Idempotent(in.Method()) {
 		return nil, fmt.Errorf("%w: %s %s", ErrNeedsKey, in.Method(), redact.RawURL(in.URL()))
 	}
 	data, err := in.MarshalBinary()
@@ -223,7 +222,7 @@ func KeyHeld(holder *Record, in *idem.Intent) (ID, error) {
 	if o == nil {
 		return 0, fmt.Errorf("%w: record %d, found damaged, holds its key; Discard it to free the key", ErrKeyInUse, holder.ID)
 	}
-	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
+	if !o.SameOperation(in) {
 		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", ErrKeyInUse, holder.ID, o.Method(), redact.RawURL(o.URL()))
 	}
 	return holder.ID, nil

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -56,4 +57,27 @@ func TestKeyHeld(t *testing.T) {
 			assert.NotContains(t, err.Error(), "s3cret")
 		})
 	}
+}
+
+// TestKeyHeldComparesBodiesInPlace: the check of a key that comes again
+// copies neither body, and tells another body from the same one.
+func TestKeyHeldComparesBodiesInPlace(t *testing.T) {
+	body := bytes.Repeat([]byte("x"), 1<<20)
+	intent := func(b []byte) *idem.Intent {
+		in, err := idem.NewIntent("POST", "http://127.0.0.1:1/payments", b, idem.WithKey("order-1"))
+		require.NoError(t, err)
+		return in
+	}
+	holder := &queue.Record{ID: 7, Intent: intent(body)}
+	same := intent(body)
+	allocs := testing.AllocsPerRun(10, func() {
+		if id, err := queue.KeyHeld(holder, same); err != nil || id != 7 {
+			t.Errorf("KeyHeld = %v, %v; want 7, nil", id, err)
+		}
+	})
+	assert.Zero(t, allocs, "allocations to compare the same operation")
+
+	other := append(bytes.Clone(body[:len(body)-1]), 'y')
+	_, err := queue.KeyHeld(holder, intent(other))
+	assert.ErrorIs(t, err, queue.ErrKeyInUse, "another body under the key")
 }

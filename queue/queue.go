@@ -188,11 +188,10 @@ func (o Options) withDefaults() (Options, error) {
 // Queue is a durable queue of intents in one bbolt file. Enqueue persists an
 // intent before its first attempt; Run drains the queue. A Queue is safe for
 // concurrent use.
-//
-// The Queue owns the drainer, the events and the waiters; its store (st)
-// owns the records, their lanes and the schedule of due lanes. Lock order:
-// Queue.mu before the store's mutex, never the other way.
 type Queue struct {
+	// The Queue owns the drainer, the events and the waiters; its store
+	// owns the records, their lanes and the schedule of due lanes. Lock
+	// order: mu before the store's mutex, never the other way.
 	st   Store
 	opts Options
 	h    horizon

@@ -258,7 +258,7 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 			opts = append(opts, idem.WithHeader(k, v))
 		}
 	}
-	if !in.HasKey() {
+	if in.Key() == "" {
 		opts = append(opts, idem.WithoutKey())
 	}
 	fresh, err := idem.NewIntent(in.Method(), in.URL(), in.Body(), opts...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/binenc"
+	"github.com/idem-go/idem/internal/replay"
 )
 
 // ID identifies a record in a queue. IDs grow in enqueue order, which is the
@@ -81,6 +82,11 @@ type Response struct {
 	// Options.MaxResultBody, or its reading failed part way.
 	Truncated bool
 }
+
+// Replayed reports whether the response says it is a replay of an answer
+// the server stored under the key (an Idempotent-Replayed header, or one of
+// its other spellings, set to true), as idem.Result.Replayed does.
+func (r *Response) Replayed() bool { return replay.Replayed(r.Header) }
 
 // Record is a queued intent and what is known of it.
 type Record struct {

@@ -237,13 +237,23 @@ func (st *boltStore) Mark() time.Time {
 // Now reads the local clock (Options' seam in tests).
 func (st *boltStore) Now() time.Time { return st.opts.now() }
 
-// Lease commits r in flight. The clock's mark moves on to the lease's time,
-// in the same commit when it has moved far enough (see saveHWM).
+// Lease commits r in flight. The clock's mark moves on to the lease's time
+// once the lease is committed, in the file in the same commit when it has
+// moved far enough (see saveHWM).
 func (st *boltStore) Lease(r *Record) error {
+	err := st.commitWith(Pending, r, func(b buckets) error { return st.saveHWM(b, r.LastAttemptAt) })
+	if err != nil {
+		return err
+	}
+	st.moveMark(r.LastAttemptAt)
+	return nil
+}
+
+// moveMark moves the clock's mark on to t, the time of a committed lease.
+func (st *boltStore) moveMark(t time.Time) {
 	st.mu.Lock()
-	st.hwm = advanceMark(st.hwm, r.LastAttemptAt)
+	st.hwm = advanceMark(st.hwm, t)
 	st.mu.Unlock()
-	return st.commitWith(Pending, r, st.saveHWM)
 }
 
 // ResetMark sets the clock's mark to now, in the file too, and returns the
@@ -272,14 +282,16 @@ func (st *boltStore) ResetMark(now time.Time) (time.Time, error) {
 	return old, err
 }
 
-// saveHWM persists the clock's high-water mark when it has moved on by
-// hwmStep, or by half of ClockTolerance if that is less: a coarse mark is
-// enough against a clock that is wrong by more than ClockTolerance, and it
-// keeps most leases to one page. It reads the mark inside the transaction,
-// so that a commit never stores a mark ResetClock replaced meanwhile.
-func (st *boltStore) saveHWM(b buckets) error {
+// saveHWM persists the clock's high-water mark, moved on to leasedAt, when
+// it has moved on by hwmStep, or by half of ClockTolerance if that is less:
+// a coarse mark is enough against a clock that is wrong by more than
+// ClockTolerance, and it keeps most leases to one page. It reads the mark
+// inside the transaction, so that a commit never stores a mark ResetClock
+// replaced meanwhile; the mark in memory moves only after the commit
+// (moveMark), since the transaction may still roll back.
+func (st *boltStore) saveHWM(b buckets, leasedAt time.Time) error {
 	st.mu.Lock()
-	hwm := st.hwm
+	hwm := advanceMark(st.hwm, leasedAt)
 	st.mu.Unlock()
 	if hwm.Sub(binenc.FromNanos(int64(getUint(b.meta, metaHWM)))) < min(hwmStep, st.opts.ClockTolerance/2) {
 		return nil
@@ -380,7 +392,7 @@ type leaseNexter interface {
 
 // SettleLeaseNext implements leaseNexter: a commit of r (see commitWith)
 // that also leases the next record; the lease moves the clock's mark as
-// Lease does.
+// Lease does, once committed.
 func (st *boltStore) SettleLeaseNext(r *Record, lease func(*Record) bool) (*Record, error) {
 	st.mu.Lock()
 	var nextID ID
@@ -405,15 +417,13 @@ func (st *boltStore) SettleLeaseNext(r *Record, lease func(*Record) bool) (*Reco
 		if oldSize, newSize, ok, err = b.replace(n, Pending); err != nil || !ok {
 			return err
 		}
-		st.mu.Lock()
-		st.hwm = advanceMark(st.hwm, n.LastAttemptAt)
-		st.mu.Unlock()
 		next = n
-		return st.saveHWM(b)
+		return st.saveHWM(b, n.LastAttemptAt)
 	})
 	if err != nil || next == nil {
 		return nil, err
 	}
+	st.moveMark(next.LastAttemptAt)
 	st.mu.Lock()
 	st.idx.moved(next, Pending, oldSize, newSize)
 	st.mu.Unlock()

@@ -133,9 +133,9 @@ func viewOf(r *queue.Record) recordView {
 	raw := ""
 	if in := r.Intent; in != nil {
 		raw = in.URL()
-		v.Lane, v.Method, v.URL, v.BodyBytes = in.Lane(), in.Method(), redact.RawURL(raw), in.BodyLen()
+		v.Lane, v.Method, v.URL, v.BodyBytes = in.Lane(), in.Method(), redact.RawURL(raw), len(in.Body())
 		v.KeySource = "none"
-		if in.HasKey() {
+		if in.Key() != "" {
 			v.Key, v.KeySource = keyPrefix(in.Key()), "generated"
 			if in.KeySupplied() {
 				v.KeySource = "supplied"

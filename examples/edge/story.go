@@ -250,7 +250,7 @@ func (s *story) tally(w io.Writer, recs []*queue.Record) report {
 		says := "still queued"
 		if r.State.Settled() {
 			says = fmt.Sprintf("%s, %s", r.State, r.Outcome)
-			if r.Result != nil && idem.IsReplayed(r.Result.Header) {
+			if r.Result != nil && r.Result.Replayed() {
 				says += " (replayed)"
 			}
 		}
