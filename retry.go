@@ -2,11 +2,10 @@ package idem
 
 import (
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/internal/delay"
 )
 
 // DefaultPolicy returns the policy whose values a Client's or Transport's
@@ -91,34 +90,13 @@ func (p Policy) negativeField() error {
 	return nil
 }
 
-// parseRetryAfter reads a Retry-After value (RFC 9110 10.2.3): delay-seconds
-// or an HTTP-date, which is judged against now. It reports false for a
-// missing or malformed value; a date in the past gives 0.
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
+// rule is what the retry rule (delay.Next) reads of p, whose defaults are
+// applied.
+func (p Policy) rule() delay.Policy {
+	return delay.Policy{
+		MaxAttempts: p.MaxAttempts, BaseDelay: p.BaseDelay, MaxDelay: p.MaxDelay,
+		MaxElapsed: p.MaxElapsed, MaxRetryAfter: p.MaxRetryAfter,
 	}
-	if v[0] >= '0' && v[0] <= '9' {
-		for i := 0; i < len(v); i++ {
-			if v[i] < '0' || v[i] > '9' {
-				return 0, false // delay-seconds is 1*DIGIT, nothing else
-			}
-		}
-		const maxSecs = uint64(1<<63-1) / uint64(time.Second)
-		// All digits, so the only error is ErrRange: huge, and the cap will
-		// refuse it.
-		secs, err := strconv.ParseUint(v, 10, 63)
-		if err != nil || secs > maxSecs {
-			secs = maxSecs
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	t, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	return max(t.Sub(now), 0), true
 }
 
 // DefaultBudgetTokens is the capacity of the budget a Client or Transport

@@ -457,7 +457,7 @@ func TestDrainSettles(t *testing.T) {
 			w.WriteHeader(404)
 		}, Done, idem.AlreadyApplied, "", 404},
 		{"attempts exhausted", "POST", Options{Policy: idem.Policy{MaxAttempts: 3}}, func(w http.ResponseWriter, _ int) { w.WriteHeader(503) },
-			Failed, idem.Unknown, "attempts exhausted (3)", 0},
+			Failed, idem.Unknown, "attempts exhausted (3 of 3)", 0},
 		{"Retry-After over the policy's cap", "POST", Options{Policy: idem.Policy{MaxRetryAfter: time.Minute}}, func(w http.ResponseWriter, _ int) {
 			w.Header().Set("Retry-After", "3600")
 			w.WriteHeader(429)
