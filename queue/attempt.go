@@ -287,12 +287,11 @@ func markSettled(r *Record, s State, o idem.Outcome, reason string, res *Respons
 // outcomeOf is the outcome of r if it ends now without success.
 func (q *Queue) outcomeOf(r *Record) idem.Outcome { return idem.Outcome(engine.Unsettled(r.Ambiguous)) }
 
-// rule is what the retry rule (delay.Next) reads of the queue's options.
-// MaxElapsed is left out: a record's life is bounded by the horizon and
-// MaxAge.
+// rule is what the retry rule (delay.Next) reads of the queue's options: no
+// MaxElapsed, for the horizon and MaxAge bound a record's life.
 func (q *Queue) rule() delay.Policy {
 	p := q.opts.Policy
-	return delay.Policy{MaxAttempts: p.MaxAttempts, BaseDelay: p.BaseDelay, MaxDelay: p.MaxDelay, MaxRetryAfter: p.MaxRetryAfter}
+	return delay.Policy{MaxAttempts: q.opts.MaxAttempts, BaseDelay: p.BaseDelay, MaxDelay: p.MaxDelay, MaxRetryAfter: q.opts.MaxRetryAfter}
 }
 
 // keep reads the part of a response worth storing and closes it.
