@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/redact"
 )
 
 // DefaultKeyHeader is the header that carries the idempotency key unless

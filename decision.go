@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/idem-go/idem/internal/methods"
-	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/redact"
 )
 
 // MethodQuery is the safe, idempotent QUERY method: a GET with a body.

@@ -227,7 +227,7 @@ func TestReadmeArchitecture(t *testing.T) {
 
 	const module = "github.com/idem-go/idem"
 	pkgs := map[string]string{"idem": "."} // name in the picture -> directory
-	for _, dir := range []string{"queue", "idemtest"} {
+	for _, dir := range []string{"queue", "queue/queuetest", "idemtest", "redact"} {
 		pkgs[dir] = dir
 	}
 	internal, err := os.ReadDir("internal")

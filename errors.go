@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/redact"
 )
 
 // Outcome is what the caller is told about an intent: whether the operation

@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem/internal/methods"
-	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/redact"
 )
 
 // MaxBodyBytes is the largest body an Intent holds. An intent keeps its body in

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/redact"
 )
 
 func logRecords(t *testing.T, buf *bytes.Buffer) []map[string]any {

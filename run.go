@@ -13,8 +13,8 @@ import (
 
 	"github.com/idem-go/idem/internal/delay"
 	"github.com/idem-go/idem/internal/methods"
-	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/internal/wire"
+	"github.com/idem-go/idem/redact"
 )
 
 // maxDrain bounds how much of an intermediate response body is read so that

@@ -7,10 +7,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-go/idem/internal/queuecontract"
 	"github.com/idem-go/idem/pgqueue"
 	"github.com/idem-go/idem/pgqueue/internal/pgtest"
 	"github.com/idem-go/idem/queue"
+	"github.com/idem-go/idem/queue/queuetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -44,7 +44,7 @@ func open(t *testing.T, pool *pgxpool.Pool, opts pgqueue.Options) *queue.Queue {
 // TestContract runs the behaviour every store must give a Queue against
 // the PostgreSQL store.
 func TestContract(t *testing.T) {
-	queuecontract.Run(t, func(t *testing.T, opts queue.Options) *queue.Queue {
+	queuetest.Run(t, func(t *testing.T, opts queue.Options) *queue.Queue {
 		return open(t, migrated(t), pgqueue.Options{Options: opts})
 	})
 }

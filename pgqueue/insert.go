@@ -1,7 +1,6 @@
 package pgqueue
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -144,20 +142,9 @@ func insert(ctx context.Context, db querier, r *queue.Record) (queue.ID, error) 
 		if err != nil {
 			return 0, err
 		}
-		return sameOperation(holder, in)
+		return queue.KeyHeld(holder, in)
 	}
 	return 0, fmt.Errorf("pgqueue: enqueue: key held and freed three times over")
-}
-
-// sameOperation returns holder's ID if it holds the operation in asks for,
-// ErrKeyInUse if another. The key and the URL's query may be secrets: the
-// error names the record instead.
-func sameOperation(holder *queue.Record, in *idem.Intent) (queue.ID, error) {
-	o := holder.Intent
-	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
-		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", queue.ErrKeyInUse, holder.ID, o.Method(), redact.RawURL(o.URL()))
-	}
-	return holder.ID, nil
 }
 
 // wrapKeep is wrap for errors the queue hands its caller as they are.

@@ -11,7 +11,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/delay"
 	"github.com/idem-go/idem/internal/engine"
-	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/redact"
 )
 
 // workHead handles the head of a lane and returns when the lane is next due.

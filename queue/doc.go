@@ -29,6 +29,11 @@
 // go one at a time in enqueue order, and a lane whose head must wait blocks
 // only itself; lanes drain in parallel. The default lane is one FIFO.
 //
+// Open keeps the records in one bbolt file; New takes any other Store, such
+// as package pgqueue's, which keeps them in PostgreSQL for several replicas.
+// A Store answers a supplied key already held through KeyHeld, and proves
+// itself with the suite of package queuetest, which every store runs.
+//
 // # The horizon
 //
 // A server forgets a key some time after it first saw it (Options.Retention;

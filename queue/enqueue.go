@@ -11,7 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/methods"
-	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/redact"
 )
 
 // Enqueue stores in durably and returns its ID: when it returns nil, the
@@ -207,14 +207,24 @@ func (st *boltStore) sameKey(b buckets, in *idem.Intent) (ID, error) {
 	if err != nil || r == nil {
 		return 0, err
 	}
-	o := r.Intent
+	return KeyHeld(r, in)
+}
+
+// KeyHeld is what a Store's Insert returns for in when holder already holds
+// in's supplied key: holder's ID if holder is the same operation (the same
+// method, URL and body), ErrKeyInUse if it is another or is damaged (its
+// Intent nil). Every store answers through it, so that a key means the same
+// thing whatever keeps the records.
+//
+// The error names holder by its ID, never by the key or the URL's query,
+// which may be secrets.
+func KeyHeld(holder *Record, in *idem.Intent) (ID, error) {
+	o := holder.Intent
 	if o == nil {
-		return 0, fmt.Errorf("%w: record %d, found damaged, holds its key; Discard it to free the key", ErrKeyInUse, id)
+		return 0, fmt.Errorf("%w: record %d, found damaged, holds its key; Discard it to free the key", ErrKeyInUse, holder.ID)
 	}
 	if o.Method() != in.Method() || o.URL() != in.URL() || !bytes.Equal(o.Body(), in.Body()) {
-		// The key and the URL's query may be secrets: the record's ID
-		// tells the operator which one is meant.
-		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", ErrKeyInUse, id, o.Method(), redact.RawURL(o.URL()))
+		return 0, fmt.Errorf("%w: record %d holds its key, for %s %s", ErrKeyInUse, holder.ID, o.Method(), redact.RawURL(o.URL()))
 	}
-	return id, nil
+	return holder.ID, nil
 }

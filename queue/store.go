@@ -34,8 +34,8 @@ type Store interface {
 	Now() time.Time
 	// Insert stores r, a new pending record, and returns its ID; a record
 	// holding r's supplied key for the same operation gives that record's
-	// ID instead, another operation ErrKeyInUse. Past the store's limits it
-	// gives ErrQueueFull.
+	// ID instead, another operation ErrKeyInUse (KeyHeld gives both). Past
+	// the store's limits it gives ErrQueueFull.
 	Insert(r *Record) (ID, error)
 	// Resubmit is Insert for the copy of record old, which it marks as
 	// resubmitted (Record.ResubmittedAs) in the same commit;

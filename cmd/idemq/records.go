@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/redact"
 	"github.com/idem-go/idem/queue"
+	"github.com/idem-go/idem/redact"
 )
 
 // allStates are the states in their life's order.

@@ -3,12 +3,13 @@ package main
 import (
 	"strings"
 
-	"github.com/idem-go/idem/internal/redact"
+	"github.com/idem-go/idem/redact"
 )
 
 // scrub replaces the URL raw, wherever it appears in s, with its redacted
-// form (internal/redact's, as the application's logs and errors show it). The queue stores errors and reasons without the URL's secrets
-// already; this guards against a message that quotes it anyway.
+// form (package redact's, as the application's logs and errors show it).
+// The queue stores errors and reasons without the URL's secrets already;
+// this guards against a message that quotes it anyway.
 func scrub(s, raw string) string {
 	if raw == "" || !strings.Contains(s, raw) {
 		return s

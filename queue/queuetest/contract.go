@@ -1,11 +1,21 @@
-// Package queuecontract is the behaviour every store behind a queue.Queue
-// must give its users, as one test suite: the bbolt store runs it in package
-// queue's tests, and every other store (pgqueue) runs it too, so that a
-// queue means one thing whatever keeps its records.
+// Package queuetest is the behaviour every Store behind a queue.Queue must
+// give its users, as one test suite, as testing/fstest is for an fs.FS: the
+// bbolt store runs it in package queue's tests, pgqueue's store runs it, and
+// a store of your own (queue.New takes any queue.Store) runs it the same way,
+// so that a queue means one thing whatever keeps its records:
+//
+//	func TestContract(t *testing.T) {
+//		queuetest.Run(t, func(t *testing.T, opts queue.Options) *queue.Queue {
+//			q, err := queue.New(newMyStore(t), opts)
+//			require.NoError(t, err)
+//			t.Cleanup(func() { q.Close() })
+//			return q
+//		})
+//	}
 //
 // It uses only the public API of queue.Queue, on real time and loopback
-// servers the suite starts itself.
-package queuecontract
+// servers the suite starts itself; it takes a few seconds.
+package queuetest
 
 import (
 	"context"

@@ -1,7 +1,12 @@
 // Package redact removes what may hold a secret from the URLs and errors that
 // idem shows in errors, logs, hooks and stored records: user info, query and
 // fragment of a URL, and the URL net/http puts in front of a transport error.
-// It is the one place the module decides what a secret-free URL is.
+// It is the one place the project decides what a secret-free URL is: the
+// root package and queue use it, and so does cmd/idemq, so that the tool
+// shows a URL as the application's logs do.
+//
+// An application may use it for what it logs beside idem. Its functions are
+// pure and safe for concurrent use.
 package redact
 
 import (
