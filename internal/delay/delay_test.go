@@ -139,3 +139,16 @@ func TestParseRetryAfter(t *testing.T) {
 		assert.Equal(t, tt.want, got, "ParseRetryAfter(%q)", tt.in)
 	}
 }
+
+// BenchmarkNext is the rule's cost on a retry: no allocation unless it
+// stops (the reason is formatted then).
+func BenchmarkNext(b *testing.B) {
+	p := Policy{MaxAttempts: 4, BaseDelay: 200 * ms, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute}
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	b.ReportAllocs()
+	for b.Loop() {
+		if v := Next(p, 3, t0, "", t0, 0.5); v.Stop != Retry {
+			b.Fatal(v.Reason)
+		}
+	}
+}
