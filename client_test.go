@@ -64,6 +64,13 @@ func TestDoTable(t *testing.T) {
 			outcome: NotApplied, err: ErrAttemptsExhausted, reason: "attempts exhausted (4 of 4)"},
 		{name: "429 waits Retry-After", method: "POST", steps: []step{answer(429, "Retry-After", "2"), answer(201)},
 			classes: []Class{ClassNotProcessed, ClassApplied}, waits: []time.Duration{2 * time.Second}, outcome: Applied},
+		// The retry rule (delay.Next) is the queue's: the backoff follows the
+		// attempt number, and a Retry-After is waited at least, never less
+		// than the backoff.
+		{name: "backoff after Retry-After counts the attempts", method: "POST", steps: []step{answer(429, "Retry-After", "1"), answer(503), answer(201)},
+			classes: []Class{ClassNotProcessed, ClassAmbiguous, ClassApplied}, waits: []time.Duration{time.Second, 400 * ms}, outcome: Applied},
+		{name: "Retry-After shorter than the backoff", method: "POST", steps: []step{answer(503), answer(429, "Retry-After", "0"), answer(201)},
+			classes: []Class{ClassAmbiguous, ClassNotProcessed, ClassApplied}, waits: []time.Duration{200 * ms, 400 * ms}, outcome: Applied},
 		{name: "408 retried", method: "GET", steps: []step{answer(408), answer(200)},
 			classes: []Class{ClassNotProcessed, ClassApplied}, waits: []time.Duration{200 * ms}, outcome: Applied},
 		{name: "425 retried", method: "PATCH", opts: noKey, steps: []step{answer(425), answer(200)},
@@ -502,14 +509,14 @@ func TestEngineAttempt(t *testing.T) {
 		class      Class
 		action     Action
 		outcome    Outcome
-		retryAfter time.Duration
+		retryAfter string // the header, for the caller's retry rule to judge
 	}{
-		{"applied", "POST", false, []step{answer(201)}, 0, ClassApplied, ActionDone, Applied, 0},
-		{"DELETE 404 after an earlier ambiguous attempt", "DELETE", true, []step{answer(404)}, 0, ClassAlreadyApplied, ActionDone, AlreadyApplied, 0},
-		{"DELETE 404 with no history", "DELETE", false, []step{answer(404)}, 0, ClassRejected, ActionStop, NotApplied, 0},
-		{"Retry-After is not capped", "POST", false, []step{answer(429, "Retry-After", "7200")}, 0, ClassNotProcessed, ActionRetry, NotApplied, 2 * time.Hour},
-		{"history makes a 429 unknown", "POST", true, []step{answer(429)}, 0, ClassNotProcessed, ActionRetry, Unknown, 0},
-		{"never sent", "POST", false, nil, 1, ClassNeverSent, ActionRetry, NotApplied, 0},
+		{"applied", "POST", false, []step{answer(201)}, 0, ClassApplied, ActionDone, Applied, ""},
+		{"DELETE 404 after an earlier ambiguous attempt", "DELETE", true, []step{answer(404)}, 0, ClassAlreadyApplied, ActionDone, AlreadyApplied, ""},
+		{"DELETE 404 with no history", "DELETE", false, []step{answer(404)}, 0, ClassRejected, ActionStop, NotApplied, ""},
+		{"Retry-After is passed on unjudged", "POST", false, []step{answer(429, "Retry-After", "7200")}, 0, ClassNotProcessed, ActionRetry, NotApplied, "7200"},
+		{"history makes a 429 unknown", "POST", true, []step{answer(429)}, 0, ClassNotProcessed, ActionRetry, Unknown, ""},
+		{"never sent", "POST", false, nil, 1, ClassNeverSent, ActionRetry, NotApplied, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,7 +50,7 @@ func attemptOnce(ctx context.Context, call engine.Call) (engine.Step, error) {
 		},
 	}
 	if resp != nil {
-		s.RetryAfter, _ = parseRetryAfter(resp.Header.Get("Retry-After"), r.clock.Now())
+		s.RetryAfter = resp.Header.Get("Retry-After")
 	}
 	return s, nil
 }

@@ -2,48 +2,58 @@ package idem
 
 import (
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/internal/delay"
 )
 
-// defaultPolicy returns the policy whose values a Client's or Transport's
-// Policy takes for its zero fields (see Policy).
+// defaultPolicy returns the policy whose values a Policy takes for its zero
+// fields: 4 attempts, backoff from 200 ms doubling to 10 s, Retry-After
+// waited up to 60 s; no bound on elapsed time or on one attempt but the
+// context's and the http.Client's. A queue, whose schedule spans hours,
+// gives the backoff and the attempt timeout values of its own
+// (queue.DefaultPolicy) and has limits of its own (queue.Options).
 func defaultPolicy() Policy {
 	return Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: 60 * time.Second}
 }
 
 // Policy says how many attempts an operation gets and how long to wait
 // between them: a call's, by Client and Transport, or each queued record's,
-// by a queue, with the same meaning. The zero Policy is the default policy;
-// each zero field takes the default of whoever runs it. A Client's and a
-// Transport's are 4 attempts, backoff from 200 ms doubling to 10 s,
+// by a queue. Each field means the same to every reader that takes it, by
+// one rule (the retry rule of package internal/delay). The zero Policy is
+// the default policy: 4 attempts, backoff from 200 ms doubling to 10 s,
 // Retry-After waited up to 60 s, and no bound on elapsed time or on one
-// attempt but the context's and the http.Client's; a queue, whose schedule
-// spans hours, has its own (queue.DefaultPolicy). Negative fields are
-// invalid.
+// attempt but the context's and the http.Client's. A queue takes the
+// backoff and the attempt timeout, each zero one taking
+// queue.DefaultPolicy's value, and refuses the limits (MaxAttempts,
+// MaxElapsed, MaxRetryAfter): a record's limits are its queue's Options.
+// Negative fields are invalid.
 type Policy struct {
 	// MaxAttempts is the number of attempts, the first included; 1 means
-	// no retries.
+	// no retries, 0 means 4. A queue refuses it: a record's is
+	// queue.Options.MaxAttempts.
 	MaxAttempts int
-	// BaseDelay is the first retry's delay before jitter. Each retry
-	// doubles it.
+	// BaseDelay is the first retry's delay before jitter; 0 means 200 ms
+	// (a queue's: 1 s). Each retry doubles it: the delay after attempt n
+	// is BaseDelay doubled n-1 times, jittered.
 	BaseDelay time.Duration
-	// MaxDelay caps a retry's delay.
+	// MaxDelay caps a retry's delay; 0 means 10 s (a queue's: 5 min).
 	MaxDelay time.Duration
 	// MaxElapsed bounds the time from the first attempt to the start of the
-	// last; 0 means no bound but the context's deadline. A queue does not
-	// read it: the key's retention bounds a queued record.
+	// last; 0 means no bound but the context's deadline. A queue refuses
+	// it: the key's retention and queue.Options.MaxAge bound a record.
 	MaxElapsed time.Duration
 	// AttemptTimeout bounds one attempt until its response headers arrive;
 	// reading the final body is the caller's and is not bounded by it. A
-	// timed-out attempt whose headers were sent is ambiguous.
+	// timed-out attempt whose headers were sent is ambiguous. 0 means no
+	// bound but the context's (a queue's: 30 s, for its horizon counts
+	// each attempt).
 	AttemptTimeout time.Duration
-	// MaxRetryAfter caps the wait a server may ask for with Retry-After. A
-	// longer demand ends the operation with ErrRetryAfterTooLong and the
-	// wait in Error.RetryAfter.
+	// MaxRetryAfter caps the wait a server may ask for with Retry-After; 0
+	// means 60 s. A longer demand ends the operation with
+	// ErrRetryAfterTooLong and the wait in Error.RetryAfter. A queue
+	// refuses it: a record's is queue.Options.MaxRetryAfter.
 	MaxRetryAfter time.Duration
 }
 
@@ -92,34 +102,13 @@ func (p Policy) negativeField() error {
 	return nil
 }
 
-// parseRetryAfter reads a Retry-After value (RFC 9110 10.2.3): delay-seconds
-// or an HTTP-date, which is judged against now. It reports false for a
-// missing or malformed value; a date in the past gives 0.
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
+// rule is what the retry rule (delay.Next) reads of p, whose defaults are
+// applied.
+func (p Policy) rule() delay.Policy {
+	return delay.Policy{
+		MaxAttempts: p.MaxAttempts, BaseDelay: p.BaseDelay, MaxDelay: p.MaxDelay,
+		MaxElapsed: p.MaxElapsed, MaxRetryAfter: p.MaxRetryAfter,
 	}
-	if v[0] >= '0' && v[0] <= '9' {
-		for i := 0; i < len(v); i++ {
-			if v[i] < '0' || v[i] > '9' {
-				return 0, false // delay-seconds is 1*DIGIT, nothing else
-			}
-		}
-		const maxSecs = uint64(1<<63-1) / uint64(time.Second)
-		// All digits, so the only error is ErrRange: huge, and the cap will
-		// refuse it.
-		secs, err := strconv.ParseUint(v, 10, 63)
-		if err != nil || secs > maxSecs {
-			secs = maxSecs
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	t, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	return max(t.Sub(now), 0), true
 }
 
 // DefaultBudgetTokens is the capacity of the budget a Client or Transport

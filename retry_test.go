@@ -10,36 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestParseRetryAfter(t *testing.T) {
-	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	tests := []struct {
-		in     string
-		want   time.Duration
-		wantOK bool
-	}{
-		{"0", 0, true},
-		{"1", time.Second, true},
-		{" 120 ", 2 * time.Minute, true},
-		{"Wed, 02 Dec 2026 10:00:30 GMT", 30 * time.Second, true},
-		{"Wednesday, 02-Dec-26 10:01:00 GMT", time.Minute, true}, // RFC 850
-		{"Wed Dec  2 10:00:05 2026", 5 * time.Second, true},      // asctime
-		{"Wed, 02 Dec 2026 09:00:00 GMT", 0, true},               // past: no wait
-		{"99999999999999999999", time.Duration(1<<63-1) / time.Second * time.Second, true},
-		{"", 0, false},
-		{"-1", 0, false},
-		{"1.5", 0, false},
-		{"soon", 0, false},
-		{"1e3", 0, false},
-		{"0x10", 0, false},
-		{"Wed, 32 Dec 2026 10:00:00 GMT", 0, false},
-	}
-	for _, tt := range tests {
-		got, ok := parseRetryAfter(tt.in, now)
-		assert.Equal(t, tt.wantOK, ok, "parseRetryAfter(%q) ok", tt.in)
-		assert.Equal(t, tt.want, got, "parseRetryAfter(%q)", tt.in)
-	}
-}
-
 func TestPolicyDefaults(t *testing.T) {
 	p, err := Policy{}.withDefaults()
 	require.NoError(t, err)

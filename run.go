@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/idem-go/idem/internal/delay"
 	"github.com/idem-go/idem/internal/methods"
 	"github.com/idem-go/idem/internal/wire"
@@ -52,7 +50,6 @@ type run struct {
 	latest    Attempt
 	n         int
 	ambiguous bool // an attempt so far left the operation in doubt (decision.InDoubt)
-	bo        *backoff.ExponentialBackOff
 	// refused is why the http.Client did not follow the latest attempt's
 	// redirect (its CheckRedirect's error); nil when it did, or none came.
 	refused error
@@ -270,42 +267,33 @@ func (at *attemptTimer) Stop() {
 }
 
 // nextWait decides how long to wait before the next attempt, or returns the
-// *Error that ends the run: context, attempts, elapsed time, Retry-After
-// cap, deadline or budget.
+// *Error that ends the run: the context, the retry rule (delay.Next:
+// attempts, Retry-After cap, elapsed time), the deadline or the budget.
 func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration, *Error) {
 	out := r.outcome()
 	if err := ctx.Err(); err != nil {
 		return 0, r.fail(out, "context ended", 0, err)
 	}
-	if r.n >= r.policy.MaxAttempts {
-		return 0, r.fail(out, fmt.Sprintf("attempts exhausted (%d of %d)", r.n, r.policy.MaxAttempts), 0, ErrAttemptsExhausted)
+	var hint string
+	if resp != nil {
+		hint = resp.Header.Get("Retry-After")
 	}
 	now := r.clock.Now()
-	wait, hinted := time.Duration(0), false
-	if resp != nil {
-		wait, hinted = parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	v := delay.Next(r.policy.rule(), r.n, r.firstStart(), hint, now, r.random())
+	switch v.Stop {
+	case delay.AttemptsExhausted, delay.ElapsedExhausted:
+		return 0, r.fail(out, v.Reason, 0, ErrAttemptsExhausted)
+	case delay.RetryAfterTooLong:
+		return 0, r.fail(out, v.Reason, v.RetryAfter, ErrRetryAfterTooLong)
 	}
-	if hinted && wait > r.policy.MaxRetryAfter {
-		return 0, r.fail(out, fmt.Sprintf("server asked to wait %v (Retry-After), over the %v cap", wait, r.policy.MaxRetryAfter), wait, ErrRetryAfterTooLong)
-	}
-	if !hinted {
-		if r.bo == nil {
-			r.bo = delay.Schedule(r.policy.BaseDelay, r.policy.MaxDelay)
-		}
-		wait = delay.Jittered(r.bo.NextBackOff(), r.random(), r.policy.MaxDelay)
-	}
-	next := now.Add(wait)
-	if r.policy.MaxElapsed > 0 && next.Sub(r.firstStart()) > r.policy.MaxElapsed {
-		return 0, r.fail(out, fmt.Sprintf("max elapsed time %v reached", r.policy.MaxElapsed), 0, ErrAttemptsExhausted)
-	}
-	if dl, ok := ctx.Deadline(); ok && !next.Before(dl) {
+	if dl, ok := ctx.Deadline(); ok && !now.Add(v.Wait).Before(dl) {
 		return 0, r.fail(out, "context deadline comes before the next attempt", 0, context.DeadlineExceeded)
 	}
 	if !r.budget.take() {
 		r.obs.m.budgetRefusals.Add(1)
 		return 0, r.fail(out, "retry budget exhausted", 0, ErrBudgetExhausted)
 	}
-	return wait, nil
+	return v.Wait, nil
 }
 
 // firstStart is when the run's first attempt began.

@@ -60,7 +60,7 @@ func TestInstrumentQueueAttempt(t *testing.T) {
 	_, err := Instrument(client, provider)
 	require.NoError(t, err)
 	srv := scripted(t, []int{http.StatusServiceUnavailable})
-	q, err := queue.Open(filepath.Join(t.TempDir(), "q.db"), queue.Options{Client: client, Policy: idem.Policy{MaxAttempts: 1}})
+	q, err := queue.Open(filepath.Join(t.TempDir(), "q.db"), queue.Options{Client: client, MaxAttempts: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

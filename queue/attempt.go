@@ -157,7 +157,8 @@ func (q *Queue) attempt(ctx context.Context, r *Record, streak int) (time.Time, 
 			r.LastClass = idem.ClassInvalid
 			return now, q.settleLeased(r, Failed, q.outcomeOf(r), r.LastError, nil)
 		}
-		next := now.Add(q.backoff(r))
+		p := q.opts.Policy
+		next := now.Add(delay.Backoff(p.BaseDelay, p.MaxDelay, r.NumAttempts, q.opts.rand()))
 		if ctx.Err() != nil {
 			next = now // shutting down: due at once on the next run
 		}
@@ -207,26 +208,20 @@ func (q *Queue) retryLater(r *Record, step engine.Step, now time.Time) (time.Tim
 	if idem.Class(step.Class) == idem.ClassNeverSent {
 		r.unsend()
 	}
-	p, retryAfter := q.opts.Policy, step.RetryAfter
-	if p.MaxAttempts > 0 && r.NumAttempts >= p.MaxAttempts {
+	v := delay.Next(q.rule(), r.NumAttempts, r.FirstSentAt, step.RetryAfter, now, q.opts.rand())
+	if v.Stop != delay.Retry {
 		tell(step, idem.ActionStop, 0)
-		return now, q.settleLeased(r, Failed, q.outcomeOf(r), fmt.Sprintf("attempts exhausted (%d)", r.NumAttempts), nil)
+		return now, q.settleLeased(r, Failed, q.outcomeOf(r), v.Reason, nil)
 	}
-	if p.MaxRetryAfter > 0 && retryAfter > p.MaxRetryAfter {
-		tell(step, idem.ActionStop, 0)
-		reason := fmt.Sprintf("server asked to wait %v (Retry-After), over the %v cap", retryAfter, p.MaxRetryAfter)
-		return now, q.settleLeased(r, Failed, q.outcomeOf(r), reason, nil)
-	}
-	wait := max(q.backoff(r), retryAfter)
-	next := now.Add(wait)
+	next := now.Add(v.Wait)
 	if ok, reason := q.h.fitsBefore(r, next); !ok {
 		tell(step, idem.ActionExpire, 0)
-		if retryAfter > 0 {
-			reason = fmt.Sprintf("the server asked to wait %v (Retry-After): %s", retryAfter, reason)
+		if v.RetryAfter > 0 {
+			reason = fmt.Sprintf("the server asked to wait %v (Retry-After): %s", v.RetryAfter, reason)
 		}
 		return now, q.settleLeased(r, Expired, q.outcomeOf(r), reason, nil)
 	}
-	tell(step, idem.ActionRetry, wait)
+	tell(step, idem.ActionRetry, v.Wait)
 	return next, q.requeue(r, next)
 }
 
@@ -292,9 +287,11 @@ func markSettled(r *Record, s State, o idem.Outcome, reason string, res *Respons
 // outcomeOf is the outcome of r if it ends now without success.
 func (q *Queue) outcomeOf(r *Record) idem.Outcome { return idem.Outcome(engine.Unsettled(r.Ambiguous)) }
 
-// backoff is the wait before r's next attempt.
-func (q *Queue) backoff(r *Record) time.Duration {
-	return delay.Nth(q.opts.Policy.BaseDelay, q.opts.Policy.MaxDelay, max(r.NumAttempts, 1), q.opts.rand())
+// rule is what the retry rule (delay.Next) reads of the queue's options: no
+// MaxElapsed, for the horizon and MaxAge bound a record's life.
+func (q *Queue) rule() delay.Policy {
+	p := q.opts.Policy
+	return delay.Policy{MaxAttempts: q.opts.MaxAttempts, BaseDelay: p.BaseDelay, MaxDelay: p.MaxDelay, MaxRetryAfter: q.opts.MaxRetryAfter}
 }
 
 // keep reads the part of a response worth storing and closes it.

@@ -456,9 +456,9 @@ func TestDrainSettles(t *testing.T) {
 			}
 			w.WriteHeader(404)
 		}, Done, idem.AlreadyApplied, "", 404},
-		{"attempts exhausted", "POST", Options{Policy: idem.Policy{MaxAttempts: 3}}, func(w http.ResponseWriter, _ int) { w.WriteHeader(503) },
-			Failed, idem.Unknown, "attempts exhausted (3)", 0},
-		{"Retry-After over the policy's cap", "POST", Options{Policy: idem.Policy{MaxRetryAfter: time.Minute}}, func(w http.ResponseWriter, _ int) {
+		{"attempts exhausted", "POST", Options{MaxAttempts: 3}, func(w http.ResponseWriter, _ int) { w.WriteHeader(503) },
+			Failed, idem.Unknown, "attempts exhausted (3 of 3)", 0},
+		{"Retry-After over the cap", "POST", Options{MaxRetryAfter: time.Minute}, func(w http.ResponseWriter, _ int) {
 			w.Header().Set("Retry-After", "3600")
 			w.WriteHeader(429)
 		}, Failed, idem.NotApplied, "Retry-After), over the 1m0s cap", 0},

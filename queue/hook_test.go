@@ -56,7 +56,7 @@ func TestQueueHookTellsWhatFollowed(t *testing.T) {
 		{"201: done", http.StatusCreated, Options{}, true, Done, []idem.Action{idem.ActionDone}},
 		{"422: stop", http.StatusUnprocessableEntity, Options{}, true, Failed, []idem.Action{idem.ActionStop}},
 		{"503 on the last attempt: stop, not retry", http.StatusServiceUnavailable,
-			Options{Policy: idem.Policy{MaxAttempts: 1}}, true, Failed, []idem.Action{idem.ActionStop}},
+			Options{MaxAttempts: 1}, true, Failed, []idem.Action{idem.ActionStop}},
 		{"503 with no time left before the horizon: expire, not retry", http.StatusServiceUnavailable,
 			Options{Retention: 2 * time.Hour, Margin: time.Minute, Policy: idem.Policy{BaseDelay: 3 * time.Hour, MaxDelay: 3 * time.Hour}},
 			true, Expired, []idem.Action{idem.ActionExpire}},

@@ -28,10 +28,10 @@ const (
 	DefaultClockTolerance = 5 * time.Minute
 )
 
-// DefaultPolicy returns the policy a Queue fills the zero fields of
-// Options.Policy from: made for a schedule of minutes and hours, where a
-// Client's is made for one of seconds. Its zero MaxAttempts and MaxRetryAfter
-// mean no limit but the horizon.
+// DefaultPolicy returns the backoff and attempt timeout a Queue gives the
+// zero fields of Options.Policy: made for a schedule of minutes and hours,
+// where a Client's is made for one of seconds. A record's limits are not in
+// it: they are Options.MaxAttempts and Options.MaxRetryAfter.
 func DefaultPolicy() idem.Policy {
 	return idem.Policy{BaseDelay: time.Second, MaxDelay: 5 * time.Minute, AttemptTimeout: 30 * time.Second}
 }
@@ -46,14 +46,21 @@ type Options struct {
 	Client *idem.Client
 	// Policy shapes the attempts of each record as a Client's Policy shapes
 	// a call's, spread over minutes and hours: BaseDelay and MaxDelay the
-	// backoff between attempts (a server's Retry-After is honoured in its
-	// place), AttemptTimeout each attempt (it is counted by the horizon),
-	// MaxAttempts how many a record gets before it fails, MaxRetryAfter the
-	// longest Retry-After waited before the record fails. MaxElapsed is not
-	// read: the horizon and MaxAge bound a record's life. A zero field takes
-	// its value from DefaultPolicy: 1 s and 5 min backoff, 30 s per attempt,
-	// and no limit but the horizon on attempts and Retry-After.
+	// backoff between attempts (a server's longer Retry-After is waited
+	// instead), AttemptTimeout each attempt (it is counted by the horizon).
+	// A zero field takes its value from DefaultPolicy: 1 s and 5 min
+	// backoff, 30 s per attempt. Its limits, MaxAttempts, MaxRetryAfter and
+	// MaxElapsed, are a call's, whose zero means DefaultPolicy's 4 attempts
+	// and 60 s: Open refuses them when set. A record's limits are
+	// MaxAttempts and MaxRetryAfter below, the horizon and MaxAge.
 	Policy idem.Policy
+	// MaxAttempts is how many attempts a record gets, the first included,
+	// before it fails; 0 means no limit but the horizon and MaxAge.
+	MaxAttempts int
+	// MaxRetryAfter is the longest wait a server may ask for with
+	// Retry-After; a longer demand fails the record. 0 means no limit but
+	// the horizon, which expires a record that could not be sent in time.
+	MaxRetryAfter time.Duration
 	// Workers is how many lanes drain in parallel; 0 means DefaultWorkers.
 	Workers int
 	// Retention is how long the server keeps an idempotency key; 0 means
@@ -129,7 +136,8 @@ func (o Options) withDefaults() (Options, error) {
 		v    int64
 	}{
 		{"Workers", int64(o.Workers)}, {"Retention", int64(o.Retention)}, {"Margin", int64(o.Margin)},
-		{"MaxAge", int64(o.MaxAge)}, {"Policy.MaxAttempts", int64(o.Policy.MaxAttempts)},
+		{"MaxAge", int64(o.MaxAge)}, {"MaxAttempts", int64(o.MaxAttempts)}, {"MaxRetryAfter", int64(o.MaxRetryAfter)},
+		{"Policy.MaxAttempts", int64(o.Policy.MaxAttempts)},
 		{"Policy.BaseDelay", int64(o.Policy.BaseDelay)}, {"Policy.MaxDelay", int64(o.Policy.MaxDelay)},
 		{"Policy.MaxElapsed", int64(o.Policy.MaxElapsed)}, {"Policy.AttemptTimeout", int64(o.Policy.AttemptTimeout)},
 		{"Policy.MaxRetryAfter", int64(o.Policy.MaxRetryAfter)},
@@ -139,6 +147,9 @@ func (o Options) withDefaults() (Options, error) {
 		if f.v < 0 {
 			return o, fmt.Errorf("%w: %s is negative (%d)", ErrInvalidOptions, f.name, f.v)
 		}
+	}
+	if err := o.refuseCallLimits(); err != nil {
+		return o, err
 	}
 	set := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
@@ -183,6 +194,23 @@ func (o Options) withDefaults() (Options, error) {
 		o.rand = rand.Float64
 	}
 	return o, nil
+}
+
+// refuseCallLimits names a limit of idem.Policy that is set in o.Policy: a
+// Client's zero there means DefaultPolicy's limit, a queue's would mean
+// none, so the queue takes its own (Options.MaxAttempts, MaxRetryAfter)
+// rather than read the same field another way.
+func (o Options) refuseCallLimits() error {
+	p := o.Policy
+	switch {
+	case p.MaxAttempts != 0:
+		return fmt.Errorf("%w: Policy.MaxAttempts is a call's limit, not read by a queue: set Options.MaxAttempts", ErrInvalidOptions)
+	case p.MaxRetryAfter != 0:
+		return fmt.Errorf("%w: Policy.MaxRetryAfter is a call's limit, not read by a queue: set Options.MaxRetryAfter", ErrInvalidOptions)
+	case p.MaxElapsed != 0:
+		return fmt.Errorf("%w: Policy.MaxElapsed is a call's limit, not read by a queue: the horizon and Options.MaxAge bound a record", ErrInvalidOptions)
+	}
+	return nil
 }
 
 // Queue is a durable queue of intents in one bbolt file. Enqueue persists an

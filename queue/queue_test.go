@@ -581,14 +581,42 @@ func TestResubmitRace(t *testing.T) {
 // TestQueuePolicyDefaults: a zero field of Options.Policy takes the queue's
 // default, a set one is kept, and a negative one is named.
 func TestQueuePolicyDefaults(t *testing.T) {
-	o, err := Options{Policy: idem.Policy{BaseDelay: time.Millisecond, MaxAttempts: 3}}.withDefaults()
+	o, err := Options{Policy: idem.Policy{BaseDelay: time.Millisecond}, MaxAttempts: 3}.withDefaults()
 	require.NoError(t, err)
 	def := DefaultPolicy()
-	assert.Equal(t, idem.Policy{BaseDelay: time.Millisecond, MaxAttempts: 3, MaxDelay: def.MaxDelay, AttemptTimeout: def.AttemptTimeout}, o.Policy)
+	assert.Equal(t, idem.Policy{BaseDelay: time.Millisecond, MaxDelay: def.MaxDelay, AttemptTimeout: def.AttemptTimeout}, o.Policy)
+	assert.Equal(t, 3, o.MaxAttempts)
 	zero, err := Options{}.withDefaults()
 	require.NoError(t, err)
 	assert.Equal(t, def, zero.Policy)
+	assert.Zero(t, zero.MaxAttempts, "no limit but the horizon")
+	assert.Zero(t, zero.MaxRetryAfter, "no limit but the horizon")
 	_, err = Options{Policy: idem.Policy{MaxRetryAfter: -1}}.withDefaults()
 	assert.ErrorIs(t, err, ErrInvalidOptions)
 	assert.ErrorContains(t, err, "Policy.MaxRetryAfter is negative")
+	_, err = Options{MaxAttempts: -1}.withDefaults()
+	assert.ErrorContains(t, err, "MaxAttempts is negative")
+}
+
+// TestQueueRefusesCallLimits: each field of idem.Policy means one thing to
+// every reader. Its limits' zero means DefaultPolicy's 4 attempts and 60 s,
+// a queue's means no limit, so a queue takes its own and refuses a call's
+// when set, rather than read it another way or not at all.
+func TestQueueRefusesCallLimits(t *testing.T) {
+	tests := []struct {
+		name string
+		p    idem.Policy
+		want string
+	}{
+		{"MaxAttempts", idem.Policy{MaxAttempts: 3}, "Policy.MaxAttempts is a call's limit, not read by a queue: set Options.MaxAttempts"},
+		{"MaxRetryAfter", idem.Policy{MaxRetryAfter: time.Minute}, "Policy.MaxRetryAfter is a call's limit, not read by a queue: set Options.MaxRetryAfter"},
+		{"MaxElapsed", idem.Policy{MaxElapsed: time.Hour}, "Policy.MaxElapsed is a call's limit, not read by a queue"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Open(filepath.Join(t.TempDir(), "q.db"), Options{Policy: tt.p})
+			assert.ErrorIs(t, err, ErrInvalidOptions, "Open(Options{Policy: %+v})", tt.p)
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
 }

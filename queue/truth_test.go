@@ -40,7 +40,7 @@ func TestQueueKeyed409IsUnknown(t *testing.T) {
 	require.ErrorIs(t, err, idem.ErrOutcomeUnknown)
 
 	opts := fast(clientFor(s))
-	opts.Policy.MaxAttempts = 2
+	opts.MaxAttempts = 2
 	q, _ := openTest(t, opts)
 	run(t, q)
 	ctx := waitCtx(t)

@@ -69,7 +69,7 @@ otherwise; the summary goes to stdout.`,
 	fl := cmd.Flags()
 	f.horizon.add(fl)
 	fl.DurationVar(&f.maxAge, "max-age", 0, "the application's Options.MaxAge (0: no limit)")
-	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "the application's Options.Policy.MaxAttempts (0: no limit but the horizon)")
+	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "the application's Options.MaxAttempts (0: no limit but the horizon)")
 	fl.IntVar(&f.workers, "workers", queue.DefaultWorkers, "lanes drained in parallel")
 	fl.DurationVar(&f.timeout, "timeout", queue.DefaultPolicy().MaxDelay, "give up after this long (the default lets a record at the longest backoff go once more)")
 	fl.StringVar(&f.keyHeader, "key-header", idem.DefaultKeyHeader, "the header carrying the key: the application's Client.KeyHeader")
@@ -118,7 +118,7 @@ func (f drainFlags) options() (queue.Options, error) {
 	}
 	return queue.Options{
 		Client: c, Retention: f.horizon.retention, Margin: f.horizon.margin,
-		MaxAge: f.maxAge, Policy: idem.Policy{MaxAttempts: f.maxAttempts}, Workers: f.workers,
+		MaxAge: f.maxAge, MaxAttempts: f.maxAttempts, Workers: f.workers,
 	}, nil
 }
 

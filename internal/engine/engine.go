@@ -50,8 +50,9 @@ type Step struct {
 	Err error
 	// Response is the response, or nil; the caller must close its Body.
 	Response *http.Response
-	// RetryAfter is the wait the answer asked for, not capped; 0 for none.
-	RetryAfter time.Duration
+	// RetryAfter is the answer's Retry-After header, unparsed, for the
+	// retry rule (package delay) to judge; "" for none.
+	RetryAfter string
 	// Report tells the Client's counters, logger and OnAttempt hook what
 	// followed the attempt: action (an idem.Action) and, for a retry, the
 	// wait before it. The decision table's Action is only advice to a

@@ -305,9 +305,7 @@ func outcomes(t *testing.T, open Opener) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newRecorder(t, func(w http.ResponseWriter, _ *http.Request, n int) { tt.answer(w, n) })
-			p := fast()
-			p.MaxAttempts = 3
-			q := open(t, queue.Options{Policy: p})
+			q := open(t, queue.Options{Policy: fast(), MaxAttempts: 3})
 			ctx := waitCtx(t)
 			id, err := q.Enqueue(ctx, intent(t, tt.method, srv.URL+"/r/1", "x"))
 			require.NoError(t, err)
