@@ -32,7 +32,7 @@
 //     ErrCertificateDates instead: a wrong clock may be the cause, and a
 //     queue holds its sends until the clock is right.
 //   - not processed: 408, 425, 429, or 409 for a keyed request (the same key
-//     is in flight). Resent after Retry-After or backoff.
+//     is in flight). Resent after the longer of Retry-After and the backoff.
 //   - ambiguous: the request may have reached the server and no complete
 //     answer came back (timeout, reset), or a 5xx. Resent only for safe and
 //     idempotent methods (GET, HEAD, OPTIONS, TRACE, QUERY, PUT, DELETE) or
