@@ -180,6 +180,9 @@ func (s *Server) failBeforeEffect(x *exchange) bool {
 // pause sleeps Options.Delay in real time, returning false if Close cut it
 // short.
 func (s *Server) pause() bool {
+	if s.gate != nil {
+		return s.gate.pause(s.done)
+	}
 	t := time.NewTimer(s.opts.Delay)
 	defer t.Stop()
 	select {

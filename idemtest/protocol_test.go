@@ -219,7 +219,7 @@ func TestFencedCompletionAfterTakeover(t *testing.T) {
 				delayed = 2
 			}
 			clock := newFakeClock()
-			s := startServer(t, Options{
+			s := New(Options{
 				Now:   clock.Now,
 				Lease: 10 * time.Second,
 				Faults: func(_ *http.Request, _ string, seen int) Fault {
@@ -228,8 +228,11 @@ func TestFencedCompletionAfterTakeover(t *testing.T) {
 					}
 					return FaultNone
 				},
-				Delay: 600 * time.Millisecond,
 			})
+			gate := make(pauseGate)
+			s.gate = gate // the test ends each pause: no real-time ordering
+			require.NoError(t, s.Start())
+			t.Cleanup(s.Close)
 			c := testClient(t, s)
 			url := s.URL() + "/payments"
 
@@ -240,12 +243,8 @@ func TestFencedCompletionAfterTakeover(t *testing.T) {
 				defer close(slowDone)
 				slow, slowErr = send(c, "POST", url, "k", "x")
 			}()
-			waitClaimed(t, s, "k")
+			wakeSlow := <-gate // the slow request holds the claim
 			first, _ := owner(s, "k")
-			if tt.takerDelayed {
-				// Stagger the sleeps so the slow request surely wakes first.
-				time.Sleep(250 * time.Millisecond)
-			}
 
 			// The slow request's lease expires while it sleeps; the next
 			// request with the key takes the claim over.
@@ -257,7 +256,15 @@ func TestFencedCompletionAfterTakeover(t *testing.T) {
 				defer close(takerDone)
 				taker, takerErr = send(c, "POST", url, "k", "x")
 			}()
+			wakeTaker := make(chan struct{})
+			if tt.takerDelayed {
+				wakeTaker = <-gate // the taker holds the claim it took over
+			} else {
+				close(wakeTaker)
+				<-takerDone // the taker has completed the record
+			}
 
+			close(wakeSlow)
 			<-slowDone
 			require.NoError(t, slowErr)
 			assert.Equal(t, http.StatusConflict, slow.status, "fenced request status")
@@ -265,6 +272,7 @@ func TestFencedCompletionAfterTakeover(t *testing.T) {
 				second, _ := owner(s, "k")
 				assert.NotEqual(t, first, second, "owner token unchanged by takeover")
 				assert.Equal(t, 0, s.EffectsForKey("k"), "fenced request applied its effect")
+				close(wakeTaker)
 			}
 			<-takerDone
 			require.NoError(t, takerErr)

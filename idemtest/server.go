@@ -25,6 +25,7 @@ type Server struct {
 	opts    Options // with defaults filled in; read-only after New
 	handler http.Handler
 	done    chan struct{} // closed by Close to cut FaultDelay sleeps short
+	gate    pauseGate     // a test's hand on FaultDelay pauses; nil outside tests
 	down    atomic.Bool
 
 	// mu guards the protocol state and every counter below. One lock keeps

@@ -133,7 +133,7 @@ func TestFiberRandomFaults(t *testing.T) {
 	close(jobs)
 	wg.Wait()
 	close(results)
-	time.Sleep(700 * time.Millisecond) // slow handlers still holding answers finish
+	shop.Close() // slow handlers still holding answers finish
 
 	var tally Tally
 	for r := range results {

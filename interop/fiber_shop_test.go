@@ -84,7 +84,13 @@ type shopConfig struct {
 type fiberShop struct {
 	URL    string // base URL; the payment route is URL+"/pay"
 	Ledger *Ledger
+	close  func() // see Close
 }
+
+// Close shuts the shop down and waits for the requests it is handling: after
+// it no request is handled, so its ledger is final. The test's cleanup
+// calls it too; calls after the first do nothing.
+func (shop *fiberShop) Close() { shop.close() }
 
 // withKeyHeader returns the middleware configuration reading the draft's
 // header instead of fiber's default X-Idempotency-Key.
@@ -118,10 +124,14 @@ func startShop(t *testing.T, cfg shopConfig) *fiberShop {
 	require.NoError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) }()
-	t.Cleanup(func() {
-		require.NoError(t, app.ShutdownWithTimeout(5*time.Second))
-		require.NoError(t, <-served)
-	})
+	var once sync.Once
+	shop.close = func() {
+		once.Do(func() {
+			require.NoError(t, app.ShutdownWithTimeout(5*time.Second))
+			require.NoError(t, <-served)
+		})
+	}
+	t.Cleanup(shop.Close)
 	shop.URL = "http://" + ln.Addr().String()
 	return shop
 }

@@ -425,18 +425,23 @@ func TestFiberMissingKeyExecutes(t *testing.T) {
 // TestFiberForgetsAfterLifetime: a key is remembered for Lifetime, 30
 // minutes by default (Stripe keeps keys 24 hours, and idem's queue assumes 24
 // hours unless told): a resend after that is a new payment. A queue in front
-// of fiber must set its Retention below the middleware's Lifetime.
+// of fiber must set its Retention below the middleware's Lifetime. The
+// middleware's store runs on the test's clock (clockStore).
 func TestFiberForgetsAfterLifetime(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, 30*time.Minute, idempotency.ConfigDefault.Lifetime, "default lifetime")
 
-	shop := startShop(t, shopConfig{idem: &idempotency.Config{KeyHeader: KeyHeader, Lifetime: time.Second}})
+	const lifetime = time.Hour
+	store := newClockStore()
+	shop := startShop(t, shopConfig{idem: &idempotency.Config{KeyHeader: KeyHeader, Lifetime: lifetime, Storage: store}})
 	c := newClient(t, quickPolicy())
 	in := payment(t, shop.URL+"/pay", "p1")
 	require.Equal(t, idem.Applied, do(t, c, in).outcome)
+	store.Advance(lifetime - time.Second)
 	require.Equal(t, idem.Applied, do(t, c, in).outcome)
 	require.Equal(t, 1, shop.Ledger.Effects("p1"), "within the lifetime")
-	time.Sleep(2200 * time.Millisecond) // fiber's clock ticks in whole seconds
+	assert.Equal(t, []time.Duration{lifetime}, store.Lifetimes(), "the answer is kept for Lifetime")
+	store.Advance(time.Second)
 	require.Equal(t, idem.Applied, do(t, c, in).outcome)
 	assert.Equal(t, 2, shop.Ledger.Effects("p1"), "the same intent after the lifetime")
 }

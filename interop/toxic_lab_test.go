@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,7 @@ func toxicRoutes(attemptTimeout time.Duration) []route {
 type toxicLab struct {
 	clean string            // address of the proxy without toxics
 	addrs map[string]string // route name -> proxy address
+	dials atomic.Int64      // connections its transports opened to a proxy
 }
 
 // startToxicLab starts the proxies in front of upstream (host:port) and
@@ -102,9 +104,52 @@ func (lab *toxicLab) transport(pick func() string) *http.Transport {
 			if name := pick(); name != "" {
 				addr = lab.addrs[name]
 			}
-			return d.DialContext(ctx, network, addr)
+			conn, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				lab.dials.Add(1)
+			}
+			return conn, err
 		},
 	}
+}
+
+// connCount counts a server's connections as they open and close.
+type connCount struct {
+	opened, closed atomic.Int64
+}
+
+func (c *connCount) track(_ net.Conn, s http.ConnState) {
+	switch s {
+	case http.StateNew:
+		c.opened.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		c.closed.Add(1)
+	}
+}
+
+// startCounted starts a test server for h that counts its connections, and
+// closes it when the test ends.
+func startCounted(t testing.TB, h http.Handler) (*httptest.Server, *connCount) {
+	t.Helper()
+	var c connCount
+	ts := httptest.NewUnstartedServer(h)
+	ts.Config.ConnState = c.track
+	ts.Start()
+	t.Cleanup(ts.Close)
+	return ts, &c
+}
+
+// waitRelayed waits until the server counted by c has had a connection for
+// each one the lab's transports opened, and every one has closed. A proxy
+// opens its connection upstream as it accepts one and closes it once it has
+// relayed everything, however late a toxic makes it: then every request the
+// proxies carried has been handled, and no other can come.
+func waitRelayed(t testing.TB, lab *toxicLab, c *connCount) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		opened := c.opened.Load()
+		return opened == lab.dials.Load() && c.closed.Load() == opened
+	}, 30*time.Second, 5*time.Millisecond, "connections through the proxies still open")
 }
 
 // firstDialThrough returns a pick sending the first connection through the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sort"
 	"strconv"
@@ -71,8 +70,7 @@ func TestToxicsOneAtATime(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			srv := new(DraftServer)
-			ts := httptest.NewServer(srv)
-			t.Cleanup(ts.Close)
+			ts, conns := startCounted(t, srv)
 			lab := startToxicLab(t, ts.Listener.Addr().String(), []route{r})
 			c := &idem.Client{
 				HTTPClient: newHTTPClient(t, lab.transport(firstDialThrough(r.name))),
@@ -97,8 +95,7 @@ func TestToxicsOneAtATime(t *testing.T) {
 			} else {
 				assert.NoError(t, d.bodyErr, "reading the body")
 			}
-			time.Sleep(2 * attemptTimeout) // a late request may still be on its way
-			waitIdle(t, srv.InFlight)
+			waitRelayed(t, lab, conns) // a late request may still be on its way
 			assert.Equal(t, 1, srv.Ledger.Effects("p1"), "effects")
 		})
 	}
@@ -177,8 +174,7 @@ func runToxicMix(t testing.TB, cfg mixConfig) mixReport {
 		}
 		return nil
 	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
+	ts, conns := startCounted(t, srv)
 	routes := toxicRoutes(cfg.attemptTimeout)
 	lab := startToxicLab(t, ts.Listener.Addr().String(), routes)
 
@@ -250,9 +246,7 @@ func runToxicMix(t testing.TB, cfg mixConfig) mixReport {
 		rep.dials[n] = c.Load()
 	}
 
-	// Requests delayed by a latency toxic may still be on their way.
-	time.Sleep(3 * cfg.attemptTimeout)
-	require.Eventually(t, func() bool { return srv.InFlight() == 0 }, 30*time.Second, 10*time.Millisecond)
+	waitRelayed(t, lab, conns) // requests delayed by a latency toxic may still be on their way
 
 	var tally Tally
 	for _, s := range all {

@@ -447,8 +447,8 @@ func TestNotifyRemote(t *testing.T) {
 		return q, s
 	}
 	a, aSeen := replica(true)
-	_, bSeen := replica(true)
-	_, cSeen := replica(false)
+	b, bSeen := replica(true)
+	c, cSeen := replica(false)
 
 	ctx := waitCtx(t)
 	var ids []queue.ID
@@ -479,7 +479,30 @@ func TestNotifyRemote(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return sawAll(aSeen) && sawAll(bSeen) }, 10*time.Second, 10*time.Millisecond,
 		"each replica with NotifyRemote reports every record the others with it settled")
-	time.Sleep(200 * time.Millisecond) // a duplicate or unannounced report would come by now
+
+	// A fence instead of a wait for late reports. Notifications reach each
+	// listener in commit order, and a replica relays them in the order it
+	// hears them. The fence, enqueued once every record is done, is settled
+	// after all of them, and the test announces its settle once more, as
+	// from a replica of its own: a replica's report of the fence with Remote
+	// true (its first, for the replica that settled it) comes after it has
+	// relayed every settle of the records; a duplicate would be in by then.
+	fence, err := a.Enqueue(ctx, post(t, srv.URL+"/payments"))
+	require.NoError(t, err)
+	_, err = a.Wait(ctx, fence)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "SELECT pg_notify('idem_queue_settled', $1)", fmt.Sprint("fence ", fence))
+	require.NoError(t, err)
+	relayed := func(s *seen) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.remote[fence] > 0
+	}
+	require.Eventually(t, func() bool { return relayed(aSeen) && relayed(bSeen) }, 10*time.Second, 5*time.Millisecond,
+		"the fence's settle is relayed")
+	for _, q := range []*queue.Queue{a, b, c} {
+		require.NoError(t, q.Close()) // Close waits for the relay: no report comes after it
+	}
 
 	for _, s := range []*seen{aSeen, bSeen, cSeen} {
 		s.mu.Lock()

@@ -180,7 +180,11 @@ func TestDrainOfflineThenWake(t *testing.T) {
 	s := startServer(t, idemtest.Options{})
 	s.SetDown(true)
 	var ev events
-	q, _ := openTest(t, Options{now: clk.Now, Client: clientFor(s), Notify: ev.notify, Workers: 4})
+	// Backoff well under the first probe's delay: every record is due
+	// again before the drainer may probe.
+	p := idem.Policy{BaseDelay: offlineFirst / 10}
+	q, _ := openTest(t, Options{now: clk.Now, Client: clientFor(s), Notify: ev.notify, Workers: 4, Policy: p})
+	q.sig.init()
 	ctx := waitCtx(t)
 	var ids []ID
 	for i := range 6 {
@@ -194,15 +198,27 @@ func TestDrainOfflineThenWake(t *testing.T) {
 		c, err := q.Counts()
 		return err == nil && c[InFlight] == 0
 	}, 5*time.Second, time.Millisecond)
-	time.Sleep(50 * time.Millisecond) // the drainer keeps polling; offline, it must not send
+	waitRest(t, q, clk.Now())
 	attempts := 0
 	for _, id := range ids {
 		r, err := q.Get(id)
 		require.NoError(t, err)
 		attempts += r.NumAttempts
+	}
+	// Every record is due, and the first probe is not: offline, the
+	// drainer keeps polling and must not send them.
+	clk.Add(offlineFirst - time.Millisecond)
+	waitRest(t, q, clk.Now())
+	after := 0
+	for _, id := range ids {
+		r, err := q.Get(id)
+		require.NoError(t, err)
+		assert.False(t, r.NextAttempt.After(clk.Now()), "record %d is due", id)
+		after += r.NumAttempts
 		assert.Equal(t, Pending, r.State)
 		assert.True(t, r.FirstSentAt.IsZero(), "a never-sent attempt leaves no FirstSentAt")
 	}
+	assert.Equal(t, attempts, after, "offline, the queue sends nothing that is due")
 	assert.LessOrEqual(t, attempts, offlineAfter+3, "offline, the queue stops spending attempts")
 
 	s.SetDown(false)
@@ -276,7 +292,9 @@ func TestDrainUnauthorizedHoldsLane(t *testing.T) {
 		return nil
 	}}
 	var ev events
-	q, _ := openTest(t, Options{Client: c, Notify: ev.notify})
+	clk := newClock()
+	q, _ := openTest(t, Options{now: clk.Now, Client: c, Notify: ev.notify})
+	q.sig.init()
 	ctx := waitCtx(t)
 	id1, err := q.Enqueue(ctx, post(t, srv.URL, 1, idem.WithLane("acct")))
 	require.NoError(t, err)
@@ -285,7 +303,9 @@ func TestDrainUnauthorizedHoldsLane(t *testing.T) {
 	run(t, q)
 
 	require.Eventually(t, func() bool { return ev.count(EventLaneHeld) == 1 }, 5*time.Second, time.Millisecond)
-	time.Sleep(30 * time.Millisecond)
+	// Held, the lane stays out of the schedule however long it waits.
+	clk.Add(time.Hour)
+	waitRest(t, q, clk.Now())
 	assert.Equal(t, int32(2), authCalls.Load(), "one attempt, then one more with fresh credentials")
 	assert.Len(t, srv.requests(), 2)
 	for _, id := range []ID{id1, id2} {
@@ -408,17 +428,19 @@ func TestDrainClockBackwards(t *testing.T) {
 	clk.Add(-24 * time.Hour)
 	ev = events{}
 	q = reopen(t, path, Options{now: clk.Now, Client: &idem.Client{}, Notify: ev.notify})
+	q.sig.init()
 	second, err := q.Enqueue(ctx, post(t, srv.URL, 2))
 	require.NoError(t, err)
 	run(t, q)
 	require.Eventually(t, func() bool { return ev.count(EventClockHeld) == 1 }, 5*time.Second, time.Millisecond)
-	time.Sleep(30 * time.Millisecond)
+	clk.Add(time.Hour) // still far behind: the hold lasts
+	waitRest(t, q, clk.Now())
 	assert.Len(t, srv.requests(), 1, "no send while the clock cannot be trusted")
 	r, err := q.Get(second)
 	require.NoError(t, err)
 	assert.Zero(t, r.NumAttempts)
 
-	clk.Add(24 * time.Hour) // the clock is set right
+	clk.Add(23 * time.Hour) // the clock is set right
 	r, err = q.Wait(ctx, second)
 	require.NoError(t, err)
 	assert.Equal(t, Done, r.State)

@@ -81,7 +81,7 @@ func TestOpenersRaceCompaction(t *testing.T) {
 
 	const openers, rounds = 4, 5
 	var (
-		opened   [openers]atomic.Bool // opener i has opened the queue's files once
+		arrivals = make(chan int, 1024) // i, each time opener i opens a queue file
 		compacts atomic.Int32
 		mu       sync.Mutex // guards accepted
 		accepted []acceptedRecord
@@ -90,22 +90,14 @@ func TestOpenersRaceCompaction(t *testing.T) {
 	seam := func(i int) func(string, int, os.FileMode) (*os.File, error) {
 		return func(name string, flag int, perm os.FileMode) (*os.File, error) {
 			if strings.HasPrefix(filepath.Base(name), filepath.Base(path)+compactSuffix) && compacts.Add(1) == 1 {
-				// The first compaction: wait for another opener.
-				deadline := time.Now().Add(2 * time.Second)
-				for time.Now().Before(deadline) {
-					other := false
-					for j := range openers {
-						other = other || (j != i && opened[j].Load())
-					}
-					if other {
-						break
-					}
-					time.Sleep(time.Millisecond)
-				}
+				waitOther(t, arrivals, i) // the first compaction
 			}
 			f, err := os.OpenFile(name, flag, perm)
 			if err == nil && strings.HasPrefix(name, path) && !strings.Contains(name, compactSuffix) {
-				opened[i].Store(true)
+				select {
+				case arrivals <- i:
+				default: // full: the first compaction is long past
+				}
 			}
 			return f, err
 		}
@@ -159,6 +151,23 @@ func TestOpenersRaceCompaction(t *testing.T) {
 	assert.Empty(t, compactTemps(t, path), "no compaction file is left")
 }
 
+// waitOther waits until an opener other than i has opened the queue's
+// files, as arrivals tells.
+func waitOther(t *testing.T, arrivals <-chan int, i int) {
+	limit := time.After(signalWait)
+	for {
+		select {
+		case j := <-arrivals:
+			if j != i {
+				return
+			}
+		case <-limit:
+			t.Errorf("opener %d compacted, and no other opener came", i)
+			return
+		}
+	}
+}
+
 // TestOpenLockFile: Open locks a lock file beside the queue file, private
 // to its owner, which a second Open waits on and Close lets go; it stays.
 func TestOpenLockFile(t *testing.T) {
@@ -171,15 +180,33 @@ func TestOpenLockFile(t *testing.T) {
 	require.ErrorIs(t, err, ErrLocked)
 	assert.Contains(t, err.Error(), path)
 
+	// Each try at the lock opens the lock file anew: a second open of it
+	// means the first try found the lock held, and Open waits.
+	tries := make(chan struct{}, 1000)
+	seam := func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		if name == path+lockSuffix {
+			select {
+			case tries <- struct{}{}:
+			default:
+			}
+		}
+		return os.OpenFile(name, flag, perm)
+	}
 	opened := make(chan error, 1)
 	go func() {
-		q2, err := Open(path, Options{LockTimeout: 5 * time.Second})
+		q2, err := Open(path, Options{LockTimeout: 5 * time.Second, openFile: seam})
 		if err == nil {
 			err = q2.Close()
 		}
 		opened <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // the second Open waits on the lock
+	for range 2 {
+		select {
+		case <-tries:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the second Open did not try the lock twice")
+		}
+	}
 	require.NoError(t, q.Close())
 	select {
 	case err := <-opened:

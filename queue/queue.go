@@ -229,6 +229,8 @@ type Queue struct {
 	notifying atomic.Int32
 	// shut is closed once Close has closed the file.
 	shut chan struct{}
+	// sig are the points tests wait on; silent unless a test inits them.
+	sig signals
 
 	mu       sync.Mutex // guards the fields below
 	waiters  map[ID][]chan *Record

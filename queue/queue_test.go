@@ -486,13 +486,14 @@ func TestWaitAndOldest(t *testing.T) {
 	_, err = q.Wait(short, id)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 
+	q.sig.init()
 	got := make(chan *Record, 1)
 	go func() {
 		r, err := q.Wait(ctx, id)
 		assert.NoError(t, err)
 		got <- r
 	}()
-	time.Sleep(10 * time.Millisecond)
+	next(t, &q.sig.waiting, func(w ID) bool { return w == id }) // Wait blocks on the settle
 	r, err := q.Get(id)
 	require.NoError(t, err)
 	require.NoError(t, q.settle(r, Pending, Expired, idem.NotApplied, "test", nil))

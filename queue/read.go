@@ -125,6 +125,7 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 		defer t.Stop()
 		poll = t.C
 	}
+	q.sig.waiting.signal(id)
 	for {
 		select {
 		case r, ok := <-ch:

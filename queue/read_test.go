@@ -15,6 +15,7 @@ import (
 // will never come.
 func TestWaitDiscarded(t *testing.T) {
 	q, _ := openTest(t, Options{})
+	q.sig.init()
 	ctx := waitCtx(t)
 	id, err := q.Enqueue(ctx, post(t, url, 1))
 	require.NoError(t, err)
@@ -28,11 +29,7 @@ func TestWaitDiscarded(t *testing.T) {
 		r, err := q.Wait(ctx, id)
 		got <- result{r, err}
 	}()
-	require.Eventually(t, func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return len(q.waiters[id]) == 1
-	}, 5*time.Second, time.Millisecond, "Wait must be blocked before the Discard")
+	next(t, &q.sig.waiting, func(w ID) bool { return w == id }) // Wait must be blocked before the Discard
 	require.NoError(t, q.Discard(id))
 	select {
 	case res := <-got:

@@ -107,6 +107,7 @@ func (q *Queue) Run(ctx context.Context) error {
 			}()
 			continue
 		}
+		q.sig.idle.signal(idlePass{now: now, free: free})
 		t := time.NewTimer(min(wait, q.opts.idle))
 		select {
 		case <-ctx.Done():
