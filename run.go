@@ -210,7 +210,13 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 
 	att := Attempt{Start: r.clock.Now()}
 	resp, err := r.s.send(req)
-	timer.Stop()
+	spared := timer.Stop()
+	if !spared && resp != nil && err == nil {
+		// The headers came as the timer fired: their body is cut off with
+		// the attempt's context. The attempt timed out, its answer unread.
+		_ = resp.Body.Close()
+		resp, err = nil, context.Canceled
+	}
 	r.refused = nil
 	if err != nil && resp != nil {
 		// Only a CheckRedirect's error comes with a response: the redirect
@@ -218,7 +224,7 @@ func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
 		r.refused, err = redirectError(err), nil
 		resp.Body = http.NoBody
 	}
-	if err != nil && timer != nil && timer.fired.Load() {
+	if err != nil && !spared {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
 	}
 	att.Duration = r.clock.Since(att.Start)
@@ -248,22 +254,31 @@ func redirectError(err error) error {
 }
 
 // attemptTimer cancels an attempt that waits too long for its headers.
+// Stop and the timer's firing exclude each other: an attempt is either
+// spared or cancelled, never cancelled after Stop said it was spared.
 type attemptTimer struct {
-	t     *time.Timer
-	fired atomic.Bool
+	t    *time.Timer
+	done atomic.Bool // Stop or the timer has run
 }
 
 func startTimer(d time.Duration, cancel context.CancelFunc) *attemptTimer {
 	at := &attemptTimer{}
-	at.t = time.AfterFunc(d, func() { at.fired.Store(true); cancel() })
+	at.t = time.AfterFunc(d, func() {
+		if at.done.CompareAndSwap(false, true) {
+			cancel()
+		}
+	})
 	return at
 }
 
-// Stop stops the timer; a nil timer is a no-op.
-func (at *attemptTimer) Stop() {
-	if at != nil {
-		at.t.Stop()
+// Stop stops the timer and reports whether it spared the attempt: false
+// when the timer fired first. A nil timer spares it.
+func (at *attemptTimer) Stop() bool {
+	if at == nil {
+		return true
 	}
+	at.t.Stop()
+	return at.done.CompareAndSwap(false, true)
 }
 
 // nextWait decides how long to wait before the next attempt, or returns the
