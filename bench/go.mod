@@ -13,7 +13,6 @@ require (
 )
 
 require (
-	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	golang.org/x/net v0.43.0 // indirect
 	golang.org/x/sys v0.45.0 // indirect
