@@ -48,7 +48,7 @@ func (b ctxBody) Read(p []byte) (int, error) {
 func TestAttemptTimeoutTie(t *testing.T) {
 	tr := &tieTransport{}
 	c, _ := testClient(t, &http.Client{Transport: tr})
-	c.Policy.AttemptTimeout = ms
+	c.Policy.AttemptTimeout = 100 * ms // the first attempt waits it out; the second must not
 	res, err := c.Do(context.Background(), mustIntent(t, "POST", "http://127.0.0.1:1/pay", "x", WithKey("k-1")))
 	require.NoError(t, err)
 	defer res.Response.Body.Close()
