@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -213,4 +214,30 @@ func TestStalledInsertEnqueue(t *testing.T) {
 	within(t, "Enqueue with an ended context", 2*time.Second, func() { _, err = q.Enqueue(ctx, post(t, url, 3)) })
 	assert.ErrorIs(t, err, context.Canceled, "Enqueue: got %v, want the context's error", err)
 	st.unstall()
+}
+
+// TestStalledStoreFigures measures, with IDEM_STALL_FIGURES set, how long
+// Wait with a 50 ms context and Close take while a store call stalls for
+// 2 s: the figures of the closing note, not a proof (the stall ends on a
+// timer).
+func TestStalledStoreFigures(t *testing.T) {
+	if os.Getenv("IDEM_STALL_FIGURES") == "" {
+		t.Skip("set IDEM_STALL_FIGURES=1 to measure")
+	}
+	for _, m := range stallMethods {
+		q, st, id := newStalling(t, m)
+		stallIn(t, q, st)
+		time.AfterFunc(2*time.Second, st.unstall)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		start := time.Now()
+		_, err := q.Wait(ctx, id)
+		cancel()
+		t.Logf("%s stalled 2 s: Wait with a 50 ms context returned after %v (%v)", m, time.Since(start).Round(time.Millisecond), err)
+	}
+	q, st, _ := newStalling(t, "TakeDue")
+	stallIn(t, q, st)
+	time.AfterFunc(2*time.Second, st.unstall)
+	start := time.Now()
+	err := q.Close()
+	t.Logf("TakeDue stalled 2 s: Close returned after %v (%v)", time.Since(start).Round(time.Millisecond), err)
 }
