@@ -327,10 +327,10 @@ func newQueue(st Store, o Options) *Queue {
 // closes the file. Later calls wait for that, then return ErrClosed.
 //
 // Run stops taking work at once, and no other call waits behind Close; but
-// what Close waits for includes a store call the drainer has under way: a
-// store stalled on its disk or network holds Close until it answers (the
-// bbolt store's calls end with the disk's; pgqueue's with its per-operation
-// timeout and retries).
+// what Close waits for includes the store calls under way (the drainer's,
+// a read a Wait gave up on): a store stalled on its disk or network holds
+// Close until it answers (the bbolt store's calls end with the disk's;
+// pgqueue's with its per-operation timeout and retries).
 //
 // Called from Options.Notify, which runs on a drainer goroutine that Close
 // would wait for, Close does not wait: it stops Run and returns nil at once,

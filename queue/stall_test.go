@@ -53,6 +53,11 @@ func (s *stallStore) Rejudge(now time.Time) error {
 	return s.Store.Rejudge(now)
 }
 
+func (s *stallStore) Get(id ID) (*Record, error) {
+	s.stall("Get")
+	return s.Store.Get(id)
+}
+
 func (s *stallStore) Insert(r *Record) (ID, error) {
 	s.stall("Insert")
 	return s.Store.Insert(r)
@@ -141,6 +146,15 @@ func TestStalledStoreWait(t *testing.T) {
 			assert.ErrorIs(t, err, context.DeadlineExceeded, "Wait: got %v, want the context's error", err)
 		})
 	}
+	t.Run("Get", func(t *testing.T) { // Wait's own read stalls
+		q, st, id := newStalling(t, "Get")
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		var err error
+		within(t, "Wait with a 50 ms context", 2*time.Second, func() { _, err = q.Wait(ctx, id) })
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "Wait: got %v, want the context's error", err)
+		st.unstall()
+	})
 }
 
 // TestStalledStoreCalls: Enqueue and the admin calls go on while another
