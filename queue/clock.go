@@ -41,9 +41,8 @@ func (q *Queue) ResetClock(ctx context.Context) error {
 	q.mu.Lock()
 	q.held = false
 	q.endCertHolds()
-	err = q.st.Rejudge(now) // held lanes wait for idle; judge them now
 	q.mu.Unlock()
-	if err != nil {
+	if err := q.st.Rejudge(now); err != nil { // held lanes wait for idle; judge them now
 		q.report(err)
 	}
 	q.notify(Event{

@@ -32,7 +32,10 @@
 // Open keeps the records in one bbolt file; New takes any other Store, such
 // as package pgqueue's, which keeps them in PostgreSQL for several replicas.
 // A Store answers a supplied key already held through KeyHeld, and proves
-// itself with the suite of package queuetest, which every store runs.
+// itself with the suite of package queuetest, which every store runs. The
+// Queue holds no lock of its own while it waits for its store, so a slow
+// store slows the calls that need it only: Wait still returns on its
+// context, and Close waits for the store calls under way, not for Wait.
 //
 // # The horizon
 //

@@ -27,6 +27,10 @@ import (
 // idem.WithKey: a generated key is new by construction, so two Enqueue calls
 // with one generated-key Intent queue it twice (the server still applies it
 // once).
+//
+// Enqueue returns ctx's error without writing if ctx has ended; a write
+// under way is not abandoned when ctx ends, since a store's Insert takes no
+// context: the record may be stored all the same.
 func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	if q.opts.ReadOnly {
 		return 0, ErrReadOnly

@@ -218,8 +218,9 @@ func (o Options) refuseCallLimits() error {
 // concurrent use.
 type Queue struct {
 	// The Queue owns the drainer, the events and the waiters; its store
-	// owns the records, their lanes and the schedule of due lanes. Lock
-	// order: mu before the store's mutex, never the other way.
+	// owns the records, their lanes and the schedule of due lanes. No
+	// store method is called with mu held: a store may wait on its disk
+	// or network, and mu guards only the fields below.
 	st   Store
 	opts Options
 	h    horizon
@@ -324,6 +325,12 @@ func newQueue(st Store, o Options) *Queue {
 
 // Close stops Run, waits for the attempts under way to be recorded, then
 // closes the file. Later calls wait for that, then return ErrClosed.
+//
+// Run stops taking work at once, and no other call waits behind Close; but
+// what Close waits for includes the store calls under way (the drainer's,
+// a read a Wait gave up on): a store stalled on its disk or network holds
+// Close until it answers (the bbolt store's calls end with the disk's;
+// pgqueue's with its per-operation timeout and retries).
 //
 // Called from Options.Notify, which runs on a drainer goroutine that Close
 // would wait for, Close does not wait: it stops Run and returns nil at once,

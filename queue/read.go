@@ -112,7 +112,7 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 	q.mu.Unlock()
 	defer q.unwait(id, ch)
 
-	r, err := q.Get(id)
+	r, err := q.read(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 			}
 			return r, nil
 		case <-poll:
-			r, err := q.Get(id)
+			r, err := q.read(ctx, id)
 			if errors.Is(err, ErrNotFound) {
 				return nil, fmt.Errorf("%w: %d", ErrDiscarded, id)
 			}
@@ -147,6 +147,27 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// read is Get for Wait, which returns ctx's error when ctx ends first: a
+// read may be abandoned, unlike a write, so a stalled store does not hold a
+// Wait past its context. The read itself runs on until the store answers.
+func (q *Queue) read(ctx context.Context, id ID) (*Record, error) {
+	type got struct {
+		r   *Record
+		err error
+	}
+	c := make(chan got, 1) // buffered: an abandoned read still ends
+	go func() {
+		r, err := q.st.Get(id)
+		c <- got{r, err}
+	}()
+	select {
+	case g := <-c:
+		return g.r, g.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 

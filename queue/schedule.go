@@ -13,15 +13,14 @@ import (
 // dates, and makes records whose last attempt was never sent due at once.
 // Retry-After waits the server asked for still hold.
 func (q *Queue) Wake() {
-	q.mu.Lock()
 	now := q.st.Now()
+	q.mu.Lock()
 	q.woken = now
 	wasOffline := q.offline.on
 	q.offline = offlineState{}
 	q.endCertHolds()
-	err := q.st.Wake(now)
 	q.mu.Unlock()
-	if err != nil {
+	if err := q.st.Wake(now); err != nil { // not under mu: a store may wait on its disk or network
 		q.report(err)
 	}
 	if wasOffline {
@@ -123,21 +122,15 @@ func (q *Queue) Run(ctx context.Context) error {
 }
 
 // dispatch picks a due lane for a free worker (got), or says how long to
-// wait.
+// wait. TakeDue runs without Queue.mu, which a store that waits on its
+// disk or network would hold from every other caller.
 func (q *Queue) dispatch(now time.Time, free int) (string, bool, time.Duration) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	wait := q.opts.idle
 	if free == 0 {
 		return "", false, wait
 	}
-	if o := &q.offline; o.on {
-		if o.probing {
-			return "", false, wait
-		}
-		if d := o.until.Sub(now); d > 0 {
-			return "", false, d
-		}
+	if d, ok := q.offlineWait(now); !ok {
+		return "", false, d
 	}
 	l, got, d, err := q.st.TakeDue(now)
 	if err != nil {
@@ -150,10 +143,31 @@ func (q *Queue) dispatch(now time.Time, free int) (string, bool, time.Duration) 
 		}
 		return "", false, wait
 	}
-	if q.offline.on {
+	q.mu.Lock()
+	if q.offline.on { // also if offline began during TakeDue: this lane is the probe
 		q.offline.probing = true
 	}
+	q.mu.Unlock()
 	return l, true, 0
+}
+
+// offlineWait says whether the drainer may take a lane now (ok), or how
+// long it waits first: while offline, one probe at a time, when its delay
+// is up.
+func (q *Queue) offlineWait(now time.Time) (time.Duration, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	o := &q.offline
+	switch {
+	case !o.on:
+		return 0, true
+	case o.probing:
+		return q.opts.idle, false
+	}
+	if d := o.until.Sub(now); d > 0 {
+		return d, false
+	}
+	return 0, true
 }
 
 // work makes at most one attempt for the head of lane l, or settles it
@@ -186,6 +200,7 @@ func (q *Queue) observe(c idem.Class) {
 		return
 	}
 	var ev EventKind
+	now := q.st.Now()
 	q.mu.Lock()
 	o := &q.offline
 	o.probing = false
@@ -199,10 +214,10 @@ func (q *Queue) observe(c idem.Class) {
 		switch {
 		case o.on:
 			o.delay = min(2*o.delay, offlineMaxDelay)
-			o.until = q.st.Now().Add(o.delay)
+			o.until = now.Add(o.delay)
 		case o.streak >= offlineAfter:
 			o.on, o.delay = true, offlineFirst
-			o.until = q.st.Now().Add(o.delay)
+			o.until = now.Add(o.delay)
 			ev = EventOffline
 		}
 	}

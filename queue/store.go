@@ -24,9 +24,12 @@ import (
 // PostgreSQL for several replicas at once.
 //
 // A store never calls back into the Queue: it returns what the Queue must
-// report. Its methods are safe for concurrent use; the Queue calls TakeDue,
-// Wake and Rejudge with its own mutex held. What a store must keep is one
-// test suite that every store runs.
+// report. Its methods are safe for concurrent use, and the Queue calls none
+// of them with its own mutex held: a store may wait on its disk or its
+// network without stopping Wait, Close, Enqueue or the admin calls of the
+// callers it does not serve. A call under way is waited for, never
+// abandoned: the store ends it, as pgqueue's per-operation timeouts do.
+// What a store must keep is one test suite that every store runs.
 type Store interface {
 	// Now reads the clock that every time in a record is written by: the
 	// local clock for a store of one process, the database's for a store

@@ -1,0 +1,257 @@
+package queue
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// stallStore is the bbolt store with one method that blocks, each time it
+// is called, until the test closes release: a store stalled on its disk or
+// its network. entered receives the method's name as a call blocks.
+type stallStore struct {
+	Store
+	method  string
+	entered chan string
+	release chan struct{}
+	once    sync.Once
+}
+
+// stall blocks a call of method m until release is closed.
+func (s *stallStore) stall(m string) {
+	if m != s.method {
+		return
+	}
+	select {
+	case s.entered <- m:
+	default:
+	}
+	<-s.release
+}
+
+// unstall lets every stalled call go on; it may be called more than once.
+func (s *stallStore) unstall() { s.once.Do(func() { close(s.release) }) }
+
+func (s *stallStore) TakeDue(now time.Time) (string, bool, time.Duration, error) {
+	s.stall("TakeDue")
+	return s.Store.TakeDue(now)
+}
+
+func (s *stallStore) Wake(now time.Time) error {
+	s.stall("Wake")
+	return s.Store.Wake(now)
+}
+
+func (s *stallStore) Rejudge(now time.Time) error {
+	s.stall("Rejudge")
+	return s.Store.Rejudge(now)
+}
+
+func (s *stallStore) Get(id ID) (*Record, error) {
+	s.stall("Get")
+	return s.Store.Get(id)
+}
+
+func (s *stallStore) Insert(r *Record) (ID, error) {
+	s.stall("Insert")
+	return s.Store.Insert(r)
+}
+
+// newStalling returns a Queue over a bbolt store whose method stalls, with
+// one pending record, and the store. The stall ends at cleanup at the
+// latest, before the Queue closes.
+func newStalling(t *testing.T, method string) (*Queue, *stallStore, ID) {
+	t.Helper()
+	opts := Options{idle: 5 * time.Millisecond, rand: func() float64 { return 0.5 }}
+	o, err := opts.withDefaults()
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "q.db")
+	lf, err := lock(path, o)
+	require.NoError(t, err)
+	bs, err := openBolt(path, o, lf)
+	require.NoError(t, err)
+	r, err := NewRecord(post(t, url, 1), bs.Now())
+	require.NoError(t, err)
+	id, err := bs.Insert(r)
+	require.NoError(t, err)
+	st := &stallStore{Store: bs, method: method, entered: make(chan string, 1), release: make(chan struct{})}
+	q, err := New(st, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.unstall(); q.Close() })
+	return q, st, id
+}
+
+// stallIn makes a call of st's stalling method and returns once it is
+// stalled: Run for TakeDue, Wake for Wake, ResetClock for Rejudge.
+func stallIn(t *testing.T, q *Queue, st *stallStore) {
+	t.Helper()
+	switch st.method {
+	case "TakeDue":
+		run(t, q)
+		t.Cleanup(st.unstall) // before run's cleanup waits for Run
+	case "Wake":
+		go q.Wake()
+	case "Rejudge":
+		go q.ResetClock(context.Background())
+	}
+	select {
+	case <-st.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s never called", st.method)
+	}
+}
+
+// within runs fn and fails the test unless it returns within limit, which a
+// call blocked behind the stalled store does not: the store stalls until
+// the test ends.
+func within(t *testing.T, what string, limit time.Duration, fn func()) time.Duration {
+	t.Helper()
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+		took := time.Since(start)
+		t.Logf("%s returned after %v", what, took)
+		return took
+	case <-time.After(limit):
+		t.Fatalf("%s: still blocked after %v, behind a store call another caller is stalled in", what, limit)
+		return 0
+	}
+}
+
+// stallMethods are the store calls the Queue once made with its mutex held.
+var stallMethods = []string{"TakeDue", "Wake", "Rejudge"}
+
+// TestStalledStoreWait: Wait honours its context while another call is
+// stalled in the store.
+func TestStalledStoreWait(t *testing.T) {
+	for _, m := range stallMethods {
+		t.Run(m, func(t *testing.T) {
+			q, st, id := newStalling(t, m)
+			stallIn(t, q, st)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			var err error
+			within(t, "Wait with a 50 ms context", 2*time.Second, func() { _, err = q.Wait(ctx, id) })
+			assert.ErrorIs(t, err, context.DeadlineExceeded, "Wait: got %v, want the context's error", err)
+		})
+	}
+	t.Run("Get", func(t *testing.T) { // Wait's own read stalls
+		q, st, id := newStalling(t, "Get")
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		var err error
+		within(t, "Wait with a 50 ms context", 2*time.Second, func() { _, err = q.Wait(ctx, id) })
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "Wait: got %v, want the context's error", err)
+		st.unstall()
+	})
+}
+
+// TestStalledStoreCalls: Enqueue and the admin calls go on while another
+// call is stalled in the store, which none of them need.
+func TestStalledStoreCalls(t *testing.T) {
+	in := post(t, url, 2)
+	calls := []struct {
+		name string
+		skip string // the call that stalls itself on this method
+		call func(*Queue, ID) error
+	}{
+		{"Enqueue", "", func(q *Queue, _ ID) error { _, err := q.Enqueue(context.Background(), in); return err }},
+		{"Get", "", func(q *Queue, id ID) error { _, err := q.Get(id); return err }},
+		{"List", "", func(q *Queue, _ ID) error { _, err := q.List(Pending, 0, 10); return err }},
+		{"Counts", "", func(q *Queue, _ ID) error { _, err := q.Counts(); return err }},
+		{"OldestPending", "", func(q *Queue, _ ID) error { _, err := q.OldestPending(); return err }},
+		{"Discard", "TakeDue", func(q *Queue, id ID) error { return q.Discard(id) }}, // Run may hold it in flight
+		{"Wake", "Wake", func(q *Queue, _ ID) error { q.Wake(); return nil }},
+		{"ResetClock", "Rejudge", func(q *Queue, _ ID) error { return q.ResetClock(context.Background()) }},
+	}
+	for _, m := range stallMethods {
+		for _, c := range calls {
+			if c.skip == m {
+				continue
+			}
+			t.Run(m+"/"+c.name, func(t *testing.T) {
+				q, st, id := newStalling(t, m)
+				stallIn(t, q, st)
+				var err error
+				within(t, c.name, 2*time.Second, func() { err = c.call(q, id) })
+				assert.NoError(t, err, "%s: got %v, want nil", c.name, err)
+			})
+		}
+	}
+}
+
+// TestStalledStoreClose: Close, while the drainer is stalled in the store,
+// stops Run at once (a second Run is refused, Wait returns on its context)
+// and waits for the stalled call only, which it documents; once the store
+// answers, Close returns.
+func TestStalledStoreClose(t *testing.T) {
+	q, st, id := newStalling(t, "TakeDue")
+	stallIn(t, q, st)
+	closed := make(chan error, 1)
+	go func() { closed <- q.Close() }()
+	require.Eventually(t, q.isClosing, 2*time.Second, time.Millisecond, "Close never began: blocked behind the stalled store call")
+	var err error
+	within(t, "a second Run", 2*time.Second, func() { err = q.Run(context.Background()) })
+	assert.ErrorIs(t, err, ErrClosed, "Run during Close: got %v, want ErrClosed", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	within(t, "Wait during Close", 2*time.Second, func() { _, err = q.Wait(ctx, id) })
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Wait during Close: got %v", err)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned %v while the drainer was still in the store", err)
+	default:
+	}
+	st.unstall()
+	within(t, "Close once the store answered", 5*time.Second, func() { err = <-closed })
+	assert.NoError(t, err, "Close: got %v, want nil", err)
+}
+
+// TestStalledInsertEnqueue: an Enqueue whose context has ended returns its
+// error without reaching the store, even one whose Insert stalls.
+func TestStalledInsertEnqueue(t *testing.T) {
+	q, st, _ := newStalling(t, "Insert")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var err error
+	within(t, "Enqueue with an ended context", 2*time.Second, func() { _, err = q.Enqueue(ctx, post(t, url, 3)) })
+	assert.ErrorIs(t, err, context.Canceled, "Enqueue: got %v, want the context's error", err)
+	st.unstall()
+}
+
+// TestStalledStoreFigures measures, with IDEM_STALL_FIGURES set, how long
+// Wait with a 50 ms context and Close take while a store call stalls for
+// 2 s: the figures of the closing note, not a proof (the stall ends on a
+// timer).
+func TestStalledStoreFigures(t *testing.T) {
+	if os.Getenv("IDEM_STALL_FIGURES") == "" {
+		t.Skip("set IDEM_STALL_FIGURES=1 to measure")
+	}
+	for _, m := range stallMethods {
+		q, st, id := newStalling(t, m)
+		stallIn(t, q, st)
+		time.AfterFunc(2*time.Second, st.unstall)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		start := time.Now()
+		_, err := q.Wait(ctx, id)
+		cancel()
+		t.Logf("%s stalled 2 s: Wait with a 50 ms context returned after %v (%v)", m, time.Since(start).Round(time.Millisecond), err)
+	}
+	q, st, _ := newStalling(t, "TakeDue")
+	stallIn(t, q, st)
+	time.AfterFunc(2*time.Second, st.unstall)
+	start := time.Now()
+	err := q.Close()
+	t.Logf("TakeDue stalled 2 s: Close returned after %v (%v)", time.Since(start).Round(time.Millisecond), err)
+}
