@@ -48,3 +48,10 @@ func TestWaitAsksTheStore(t *testing.T) {
 	require.NoError(t, got.err, "Wait polls a shared store")
 	assert.Equal(t, Done, got.r.State, "got %v, want done", got.r.State)
 }
+
+// TestBoltStoreNotShared: the file is locked to one Queue, so Wait does not
+// poll it and a read-only Queue refuses to wait on it.
+func TestBoltStoreNotShared(t *testing.T) {
+	q, _ := openTest(t, Options{})
+	assert.False(t, q.st.Shared(), "a bbolt store is one process's")
+}
