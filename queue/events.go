@@ -243,6 +243,24 @@ func (d *deliverer) run(gen int) {
 	}
 }
 
+// flush returns once Notify has returned for every event sent before it
+// was called.
+func (d *deliverer) flush() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	last := d.seq + uint64(len(d.backlog))
+	for {
+		busy := d.seq < last
+		for n := range d.running {
+			busy = busy || n <= last
+		}
+		if !busy {
+			return
+		}
+		d.change.Wait()
+	}
+}
+
 // underWay returns the Notify calls under way now.
 func (d *deliverer) underWay() map[uint64]bool {
 	d.mu.Lock()

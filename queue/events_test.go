@@ -187,3 +187,37 @@ func TestCloseDeliversEveryEvent(t *testing.T) {
 	assert.NoError(t, r.reopened, "the file is closed when Close returns")
 	assert.Equal(t, 1, r.settles, "got %d settles delivered, want 1: the one behind the held call", r.settles)
 }
+
+// TestRunReturnsAfterItsEvents: Run returns only once Notify has returned
+// for the events its drainers sent, however far behind Notify is.
+func TestRunReturnsAfterItsEvents(t *testing.T) {
+	const n = 50
+	srv := newRecorder(t, created)
+	release := make(chan struct{})
+	var once sync.Once
+	var ev events
+	q, _ := openTest(t, Options{Client: &idem.Client{}, Notify: func(e Event) {
+		once.Do(func() { <-release })
+		ev.notify(e)
+	}})
+	ctx := waitCtx(t)
+	for i := range n {
+		_, err := q.Enqueue(ctx, post(t, srv.URL, i))
+		require.NoError(t, err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- q.Run(runCtx) }()
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free)
+	require.Eventually(t, func() bool {
+		c, err := q.Counts()
+		return err == nil && c[Done] == n
+	}, 10*time.Second, time.Millisecond)
+
+	cancel()
+	free()
+	require.NoError(t, within(t, ran, "Run"))
+	assert.Equal(t, n, ev.count(EventSettled), "every settle delivered when Run returns")
+}

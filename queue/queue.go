@@ -99,8 +99,10 @@ type Options struct {
 	ReadOnly bool
 	// Notify, if not nil, is called for every Event, one call at a time,
 	// in the order the events were made, from a goroutine of the Queue's
-	// own, with no lock held. The drainer does not wait for it: while
-	// Notify is slow, events wait in memory, none is dropped. A Wait
+	// own, with no lock held; the events Wake and ResetClock cause may
+	// reach it after they return. The drainer does not wait for it: while
+	// Notify is slow, events wait in memory, none is dropped; Run and Close
+	// return once it has returned for their events. A Wait
 	// blocked on a record returns once Notify has returned for its
 	// EventSettled (one that finds it settled returns at once), so a Wait
 	// inside Notify for a record not yet settled waits until its context
