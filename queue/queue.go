@@ -97,17 +97,16 @@ type Options struct {
 	// read-only Queues may share a file, but not with a Queue that writes:
 	// each waits Options.LockTimeout for the other, then gives ErrLocked.
 	ReadOnly bool
-	// Notify, if not nil, is called for every Event, one call at a time,
-	// in the order the events were made, from a goroutine of the Queue's
-	// own, with no lock held; the events Wake and ResetClock cause may
-	// reach it after they return. The drainer does not wait for it: while
-	// Notify is slow, events wait in memory, none is dropped; Run and Close
-	// return once it has returned for their events. A Wait
-	// blocked on a record returns once Notify has returned for its
-	// EventSettled (one that finds it settled returns at once), so a Wait
-	// inside Notify for a record not yet settled waits until its context
-	// ends or Close. Notify may call any method, Close included (see Close
-	// for what it waits for).
+	// Notify, if not nil, is called for every Event, one call at a time, in
+	// the order the events were made, from a goroutine of the Queue's own,
+	// with no lock held; the events Wake and ResetClock cause may reach it
+	// after they return. The drainer does not wait for it: while Notify is
+	// slow, events wait in memory, none is dropped; Run and Close return once
+	// it has returned for their events. A Wait blocked on a record returns
+	// once Notify has returned for its EventSettled (one that finds it settled
+	// returns at once), so a Wait inside Notify for a record not yet settled
+	// waits until its context ends or Close. Notify may call any method, Close
+	// included (see Close for what it waits for).
 	Notify func(Event)
 	// NotifyRemote, for a store that several processes share (package
 	// pgqueue's), makes a running drainer also report the records the
