@@ -251,6 +251,9 @@ func (st *store) Location() string {
 // Wakeups receives the wake-ups other replicas and producers send.
 func (st *store) Wakeups() <-chan struct{} { return st.wake }
 
+// Shared is true: replicas and producers share the table.
+func (st *store) Shared() bool { return true }
+
 // Close stops the listener; the pool is the caller's and stays open.
 func (st *store) Close() error {
 	st.mu.Lock()

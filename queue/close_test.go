@@ -13,9 +13,8 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// TestCloseFromNotify: Options.Notify runs on a drainer goroutine, which
-// Close waits for; a Notify that calls Close must not wait for itself. Close
-// returns at once, Run stops, and the queue ends closed with the settled
+// TestCloseFromNotify: a Notify that calls Close must not wait for itself.
+// Close returns, Run stops, and the queue ends closed with the settled
 // record recorded.
 func TestCloseFromNotify(t *testing.T) {
 	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, body string, seen int) { w.WriteHeader(http.StatusCreated) })
@@ -45,8 +44,8 @@ func TestCloseFromNotify(t *testing.T) {
 }
 
 // TestCloseFromNotifyDuringAttempts: a Notify that calls Close while other
-// lanes' attempts are under way returns at once; those attempts are ended
-// and still recorded, none left in flight.
+// lanes' attempts are under way returns; those attempts are ended and still
+// recorded, none left in flight.
 func TestCloseFromNotifyDuringAttempts(t *testing.T) {
 	arrived := make(chan struct{}, 2)
 	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, body string, seen int) {

@@ -153,9 +153,10 @@
 // without them, as the root package's do, and a refused
 // key by the ID of the record that holds it.
 //
-// Options.Notify runs on the drainer's goroutines, which Close waits for.
-// Close called from Notify therefore does not wait: it stops Run and returns
-// at once, and the file is closed once the drainers are done.
+// Options.Notify runs on a goroutine of the Queue's own, one event at a
+// time, in order; the drainer does not wait for it. Close waits for every
+// event to be delivered, save a Notify call already under way, which may be
+// Close's own caller: Notify may call Close.
 //
 // Discard is an operator's removal of a record that is not in flight: a
 // Wait for it returns ErrDiscarded, since it will never settle.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -85,18 +86,23 @@ type Event struct {
 }
 
 // settled tells the waiters and Notify that r settled, here or, if remote,
-// in another process sharing the store.
+// in another process sharing the store. The waiters are told once Notify has
+// returned for the event, so a waiter sees its effects.
 func (q *Queue) settled(r *Record, remote bool) {
 	q.mu.Lock()
 	ws := q.waiters[r.ID]
 	delete(q.waiters, r.ID)
 	q.mu.Unlock()
-	if !remote || q.opts.NotifyRemote {
-		q.notify(Event{Kind: EventSettled, Record: r, Remote: remote}) // before Wait returns, so a waiter sees its effects
+	tell := func() {
+		for _, w := range ws {
+			w <- r
+		}
 	}
-	for _, w := range ws {
-		w <- r
+	if remote && !q.opts.NotifyRemote {
+		tell()
+		return
 	}
+	q.ev.send(Event{Kind: EventSettled, Record: r, Remote: remote}, tell)
 }
 
 // relaySettles hands the records other processes settle, as feed names
@@ -143,16 +149,157 @@ func (q *Queue) unholdClock() {
 	q.mu.Unlock()
 }
 
-// notify calls Options.Notify. Close looks for this function among its
-// callers (see inNotify): keep it the one caller of Notify.
-func (q *Queue) notify(e Event) {
-	if q.opts.Notify == nil {
-		return
-	}
-	q.notifying.Add(1)
-	defer q.notifying.Add(-1)
-	q.opts.Notify(e)
-}
+// notify hands e to Options.Notify (see deliverer).
+func (q *Queue) notify(e Event) { q.ev.send(e, nil) }
 
 // report reports a store's failure that no caller waits for.
 func (q *Queue) report(err error) { q.notify(Event{Kind: EventError, Err: err}) }
+
+// delivery is an event on its way to Notify, and what to do once Notify has
+// returned for it.
+type delivery struct {
+	e    Event
+	then func()
+}
+
+// deliverer hands a Queue's events to Options.Notify one at a time, in the
+// order they were made, from a goroutine of its own: no drainer and no caller
+// of the Queue waits for Notify, so Notify may call any method of the Queue,
+// Close included, and no one needs to know who called. While Notify is slow
+// the events wait in memory, without bound: the drainer goes on and nothing
+// is dropped.
+type deliverer struct {
+	notify func(Event) // nil: events go nowhere, what follows them runs at once
+
+	mu       sync.Mutex
+	change   *sync.Cond // the backlog grew, a call returned, or closing began
+	backlog  []delivery
+	seq      uint64              // numbers the calls
+	running  map[uint64]struct{} // the calls under way, by number
+	gen      int                 // the goroutine that delivers; an older one stops after its call
+	started  bool                // a goroutine of generation gen delivers
+	tookOver bool                // drain started a new generation
+	closing  bool                // Close waits for the backlog: deliver it, then stop
+	closed   bool                // Close is done: no goroutine delivers any more
+}
+
+func newDeliverer(notify func(Event)) *deliverer {
+	d := &deliverer{notify: notify, running: map[uint64]struct{}{}}
+	d.change = sync.NewCond(&d.mu)
+	return d
+}
+
+// send queues e for Notify; then runs once Notify has returned for it.
+// After Close, nothing delivers any more: the caller delivers e itself.
+func (d *deliverer) send(e Event, then func()) {
+	if then == nil {
+		then = func() {}
+	}
+	if d.notify == nil {
+		then()
+		return
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		d.notify(e)
+		then()
+		return
+	}
+	d.backlog = append(d.backlog, delivery{e: e, then: then})
+	if !d.started {
+		d.started = true
+		go d.run(d.gen)
+	}
+	d.change.Broadcast()
+	d.mu.Unlock()
+}
+
+// run delivers the backlog while gen is the delivering generation, and
+// until closing has emptied it.
+func (d *deliverer) run(gen int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.gen == gen {
+		if len(d.backlog) == 0 {
+			if d.closing {
+				return
+			}
+			d.change.Wait()
+			continue
+		}
+		x := d.backlog[0]
+		d.backlog[0] = delivery{}
+		d.backlog = d.backlog[1:]
+		d.seq++
+		n := d.seq
+		d.running[n] = struct{}{}
+		d.mu.Unlock()
+		d.notify(x.e)
+		x.then()
+		d.mu.Lock()
+		delete(d.running, n)
+		d.change.Broadcast()
+	}
+}
+
+// flush returns once Notify has returned for every event sent before it
+// was called.
+func (d *deliverer) flush() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	last := d.seq + uint64(len(d.backlog))
+	for {
+		busy := d.seq < last
+		for n := range d.running {
+			busy = busy || n <= last
+		}
+		if !busy {
+			return
+		}
+		d.change.Wait()
+	}
+}
+
+// underWay returns the Notify calls under way now.
+func (d *deliverer) underWay() map[uint64]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[uint64]bool, len(d.running))
+	for n := range d.running {
+		out[n] = true
+	}
+	return out
+}
+
+// drain returns once every event sent so far has been delivered: Notify has
+// returned for each, save the calls in under, which were under way when
+// Close was called: Close's caller may be one of them, and it cannot return
+// before Close does. If one of them holds the backlog up, a new goroutine
+// delivers the rest meanwhile. Later events are delivered by their senders.
+func (d *deliverer) drain(under map[uint64]bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closing = true
+	d.change.Broadcast()
+	for {
+		held, others := false, 0
+		for n := range d.running {
+			if under[n] {
+				held = true
+			} else {
+				others++
+			}
+		}
+		if len(d.backlog) == 0 && others == 0 {
+			break
+		}
+		if len(d.backlog) > 0 && held && !d.tookOver {
+			d.tookOver = true
+			d.gen++
+			go d.run(d.gen)
+		}
+		d.change.Wait()
+	}
+	d.closed = true
+}

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"reflect"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -100,11 +97,16 @@ type Options struct {
 	// read-only Queues may share a file, but not with a Queue that writes:
 	// each waits Options.LockTimeout for the other, then gives ErrLocked.
 	ReadOnly bool
-	// Notify, if not nil, is called for every Event, from the drainer's
-	// goroutines (from Wake's and ResetClock's callers for the events they
-	// cause), with no lock held. It must not block for long. It may call
-	// Close, which then returns at once instead of waiting for the drainer
-	// running Notify (see Close).
+	// Notify, if not nil, is called for every Event, one call at a time, in
+	// the order the events were made, from a goroutine of the Queue's own,
+	// with no lock held; the events Wake and ResetClock cause may reach it
+	// after they return. The drainer does not wait for it: while Notify is
+	// slow, events wait in memory, none is dropped; Run and Close return once
+	// it has returned for their events. A Wait blocked on a record returns
+	// once Notify has returned for its EventSettled (one that finds it settled
+	// returns at once), so a Wait inside Notify for a record not yet settled
+	// waits until its context ends or Close. Notify may call any method, Close
+	// included (see Close for what it waits for).
 	Notify func(Event)
 	// NotifyRemote, for a store that several processes share (package
 	// pgqueue's), makes a running drainer also report the records the
@@ -225,9 +227,8 @@ type Queue struct {
 	opts Options
 	h    horizon
 
-	// notifying counts the Notify calls under way, for Close to tell
-	// whether it may be running inside one.
-	notifying atomic.Int32
+	// ev delivers the events to Options.Notify.
+	ev *deliverer
 	// shut is closed once Close has closed the file.
 	shut chan struct{}
 	// sig are the points tests wait on; silent unless a test inits them.
@@ -317,14 +318,18 @@ func newQueue(st Store, o Options) *Queue {
 			retention: o.Retention, margin: o.Margin, maxAge: o.MaxAge,
 			attemptTimeout: o.Policy.AttemptTimeout, clockTolerance: o.ClockTolerance,
 		},
+		ev:      newDeliverer(o.Notify),
 		waiters: map[ID][]chan *Record{},
 		kick:    make(chan struct{}, 1),
 		shut:    make(chan struct{}),
 	}
 }
 
-// Close stops Run, waits for the attempts under way to be recorded, then
-// closes the file. Later calls wait for that, then return ErrClosed.
+// Close stops Run, waits for the attempts under way to be recorded, closes
+// the file, then waits for every event to be delivered: when it returns,
+// Options.Notify has returned for each event, save a Notify call that was
+// already under way when Close was called, which may be Close's caller.
+// Later calls wait for the file to be closed, then return ErrClosed.
 //
 // Run stops taking work at once, and no other call waits behind Close; but
 // what Close waits for includes the store calls under way (the drainer's,
@@ -332,19 +337,14 @@ func newQueue(st Store, o Options) *Queue {
 // Close until it answers (the bbolt store's calls end with the disk's;
 // pgqueue's with its per-operation timeout and retries).
 //
-// Called from Options.Notify, which runs on a drainer goroutine that Close
-// would wait for, Close does not wait: it stops Run and returns nil at once,
-// and the file is closed as soon as the drainers, the one running Notify
-// included, are done; the attempts under way are still recorded. A failure
-// to close the file is then reported as an EventError. A Notify that hands
-// Close to another goroutine must not wait for it.
+// Notify may call Close: events are delivered from a goroutine of their
+// own, which Close does not need to stop.
 func (q *Queue) Close() error {
+	under := q.ev.underWay() // Close's caller, if Notify, is among them
 	q.mu.Lock()
 	if q.closing {
 		q.mu.Unlock()
-		if !q.inNotify() {
-			<-q.shut
-		}
+		<-q.shut
 		return ErrClosed
 	}
 	q.closing = true
@@ -354,20 +354,13 @@ func (q *Queue) Close() error {
 		stop() // ends attempts under way; their results are still committed
 	}
 	q.poke()
-	if q.inNotify() {
-		go func() {
-			if err := q.finishClose(); err != nil {
-				q.report(err)
-			}
-		}()
-		return nil
-	}
-	return q.finishClose()
+	err := q.shutDown()
+	q.ev.drain(under)
+	return err
 }
 
-// finishClose is the end of Close: it waits for the drainers, wakes the
-// waiters and closes the file.
-func (q *Queue) finishClose() error {
+// shutDown waits for the drainers, wakes the waiters and closes the file.
+func (q *Queue) shutDown() error {
 	defer close(q.shut)
 	q.draining.Wait()
 
@@ -381,38 +374,6 @@ func (q *Queue) finishClose() error {
 	}
 	q.mu.Unlock()
 	return q.st.Close()
-}
-
-// inNotify reports whether the calling goroutine is inside this queue's
-// Options.Notify. Go has no goroutine identity to ask, so it looks for
-// notify among the caller's frames, once it knows a Notify call is under
-// way. A goroutine inside another queue's Notify while this one's runs
-// elsewhere is taken for a Notify caller too: its Close then returns
-// before the file is closed, which is safe, if early.
-func (q *Queue) inNotify() bool {
-	if q.notifying.Load() == 0 {
-		return false
-	}
-	name := runtime.FuncForPC(reflect.ValueOf((*Queue).notify).Pointer()).Name()
-	pcs := make([]uintptr, 64)
-	for {
-		n := runtime.Callers(2, pcs)
-		if n < len(pcs) {
-			pcs = pcs[:n]
-			break
-		}
-		pcs = make([]uintptr, 2*len(pcs))
-	}
-	frames := runtime.CallersFrames(pcs)
-	for {
-		f, more := frames.Next()
-		if f.Function == name {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
 }
 
 // Path returns where the records are kept: the file's path, or what the

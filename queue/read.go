@@ -99,7 +99,7 @@ func (st *boltStore) Counts() (map[State]int, error) {
 // A read-only queue waits only on a store shared with the processes that
 // drain it (ErrReadOnly otherwise: nothing would settle the record).
 func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
-	if q.opts.ReadOnly && q.st.Wakeups() == nil {
+	if q.opts.ReadOnly && !q.st.Shared() {
 		return nil, ErrReadOnly // no drainer will settle anything
 	}
 	ch := make(chan *Record, 1)
@@ -120,7 +120,7 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 		return r, nil
 	}
 	var poll <-chan time.Time
-	if q.st.Wakeups() != nil { // a shared store: another process may settle it
+	if q.st.Shared() { // another process may settle it
 		t := time.NewTicker(sharedWaitPoll)
 		defer t.Stop()
 		poll = t.C

@@ -30,7 +30,8 @@ func (q *Queue) Wake() {
 }
 
 // Run drains the queue until ctx ends or Close is called, then returns nil
-// once the attempts under way have been recorded. Lanes drain in parallel,
+// once the attempts under way have been recorded and Options.Notify has
+// returned for the events sent meanwhile. Lanes drain in parallel,
 // up to Options.Workers; within a lane, records go one at a time in enqueue
 // order, one attempt per lease. Only one Run may drain a queue at a time.
 func (q *Queue) Run(ctx context.Context) error {
@@ -56,6 +57,7 @@ func (q *Queue) Run(ctx context.Context) error {
 		q.running, q.stop = false, nil
 		q.mu.Unlock()
 		q.draining.Done()
+		q.ev.flush() // Run's events reach Notify before it returns; Close does not wait for this
 	}()
 
 	if feed := q.st.Settles(); feed != nil {

@@ -75,6 +75,10 @@ type Store interface {
 	// Wakeups, if not nil, receives when another process made work due:
 	// an enqueue, a Wake. A store of one process returns nil.
 	Wakeups() <-chan struct{}
+	// Shared reports whether other processes may change the records: a
+	// shared store's records may settle without this Queue's drainer, so
+	// Wait reads them again now and then, and a read-only Queue may wait.
+	Shared() bool
 	// Settles, if not nil, receives the ID of each record another process
 	// sharing the store settled, once that process's commit is done: for
 	// Wait and Options.NotifyRemote. It is best effort: an ID that comes
@@ -108,6 +112,9 @@ type Store interface {
 	// Close releases the store; the Queue calls it once, from Close.
 	Close() error
 }
+
+// Shared is false: the file is locked to one Queue (see lockSuffix).
+func (st *boltStore) Shared() bool { return false }
 
 // boltStore keeps a Queue's records in one bbolt file: the records, their
 // supplied keys, the clock's high-water mark, and in memory the index and

@@ -123,7 +123,7 @@ func (f drainFlags) options() (queue.Options, error) {
 }
 
 // tally counts what settled during a drain. Notify writes it from the
-// drainer's goroutines; mu guards the counts.
+// queue's delivery goroutine; mu guards the counts.
 type tally struct {
 	mu      sync.Mutex
 	states  map[queue.State]int

@@ -125,11 +125,14 @@ clock read ahead expire at their next attempt.`,
 			var reset *queue.Event
 			opts := queue.Options{Notify: func(e queue.Event) {
 				if e.Kind == queue.EventClockReset {
-					reset = &e // ResetClock's own goroutine: read after it returns
+					reset = &e // read after Close, which delivers every event
 				}
 			}}
 			return a.withQueue(opts, func(q *queue.Queue) error {
 				if err := q.ResetClock(cmd.Context()); err != nil {
+					return err
+				}
+				if err := q.Close(); err != nil {
 					return err
 				}
 				if reset == nil {

@@ -13,7 +13,7 @@ import (
 
 // reporter shows a drain's progress on stderr: a bar on a terminal, plain
 // lines elsewhere (a log, a pipe), where a bar's redraws are noise. Notes
-// come from the queue's Notify on the drainer's goroutines; mu guards the
+// come from the queue's Notify on its delivery goroutine; mu guards the
 // writers and the bar.
 type reporter struct {
 	mu      sync.Mutex

@@ -180,6 +180,7 @@ func appliedOnce(t *testing.T, open Opener) {
 	require.Len(t, reqs, 1)
 	assert.Equal(t, in.Key(), reqs[0].key)
 	assert.Equal(t, `{"amount":100}`, reqs[0].body)
+	require.NoError(t, q.Close()) // every event is delivered when it returns
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, settled, 1, "one EventSettled")
