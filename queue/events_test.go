@@ -81,19 +81,25 @@ func TestNotifyMayCallAnything(t *testing.T) {
 	assert.Equal(t, Done, r.State)
 }
 
+// heldNotify opens a queue whose Notify records the events in ev, and holds
+// its first call until release is closed.
+func heldNotify(t *testing.T) (q *Queue, ev *events, release chan struct{}) {
+	ev, release = &events{}, make(chan struct{})
+	var once sync.Once
+	q, _ = openTest(t, Options{Client: &idem.Client{}, Notify: func(e Event) {
+		once.Do(func() { <-release })
+		ev.notify(e)
+	}})
+	return q, ev, release
+}
+
 // TestSlowNotifyHoldsNothingBack: while Notify is held on the first event,
 // the drainer settles every record; once Notify goes on, every settle is
 // delivered, in order, none dropped, before Close returns.
 func TestSlowNotifyHoldsNothingBack(t *testing.T) {
 	const n = 20
 	srv := newRecorder(t, created)
-	release := make(chan struct{})
-	var once sync.Once
-	var ev events
-	q, _ := openTest(t, Options{Client: &idem.Client{}, Notify: func(e Event) {
-		once.Do(func() { <-release })
-		ev.notify(e)
-	}})
+	q, ev, release := heldNotify(t)
 	ctx := waitCtx(t)
 	var ids []ID
 	for i := range n {
@@ -193,13 +199,7 @@ func TestCloseDeliversEveryEvent(t *testing.T) {
 func TestRunReturnsAfterItsEvents(t *testing.T) {
 	const n = 50
 	srv := newRecorder(t, created)
-	release := make(chan struct{})
-	var once sync.Once
-	var ev events
-	q, _ := openTest(t, Options{Client: &idem.Client{}, Notify: func(e Event) {
-		once.Do(func() { <-release })
-		ev.notify(e)
-	}})
+	q, ev, release := heldNotify(t)
 	ctx := waitCtx(t)
 	for i := range n {
 		_, err := q.Enqueue(ctx, post(t, srv.URL, i))
