@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"maps"
@@ -214,6 +215,7 @@ func TestReadmeArchitecture(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+)\["([^:"]+):`).FindAllStringSubmatch(blocks[0], -1) {
 		nodes[m[1]] = strings.TrimSuffix(m[2], " (root)")
 	}
+	checkSeams(t, blocks[0], nodes)
 	drawn := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+) --> (.+)$`).FindAllStringSubmatch(blocks[0], -1) {
 		from, ok := nodes[m[1]]
@@ -227,7 +229,7 @@ func TestReadmeArchitecture(t *testing.T) {
 
 	const module = "github.com/idem-go/idem"
 	pkgs := map[string]string{"idem": "."} // name in the picture -> directory
-	for _, dir := range []string{"queue", "queue/queuetest", "idemtest", "redact"} {
+	for _, dir := range []string{"queue", "queue/queuetest", "idemtest", "redact", "pgqueue"} {
 		pkgs[dir] = dir
 	}
 	internal, err := os.ReadDir("internal")
@@ -256,6 +258,118 @@ func TestReadmeArchitecture(t *testing.T) {
 		_, err := os.Stat(m[1])
 		assert.NoError(t, err, "the path of an intent names %s", m[1])
 	}
+}
+
+// checkSeams checks the seams of the package graph: nodes
+// id{{"pkg.Interface: what"}}, each an interface of a drawn package, and
+// edges "from -. implements .-> id", each from a package with a type that
+// has a method of every name the interface has. Every seam is implemented
+// at least once.
+func checkSeams(t *testing.T, graph string, nodes map[string]string) {
+	t.Helper()
+	seams := map[string][]string{} // node id -> the interface's method names
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+)\{\{"(\w+)\.(\w+):`).FindAllStringSubmatch(graph, -1) {
+		dir := packageDir(t, nodes, m[2])
+		seams[m[1]] = interfaceMethods(t, dir, m[3])
+		require.NotEmpty(t, seams[m[1]], "%s.%s: an interface with methods", m[2], m[3])
+	}
+	require.NotEmpty(t, seams, "the storage seam is drawn")
+	implemented := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+) -\. implements \.-> (\w+)$`).FindAllStringSubmatch(graph, -1) {
+		methods, ok := seams[m[2]]
+		require.True(t, ok, "implements an unknown seam %q", m[2])
+		dir := packageDir(t, nodes, nodes[m[1]])
+		assert.True(t, hasMethods(t, dir, methods), "%s implements %s: a type of it has every method of the seam", dir, m[2])
+		implemented[m[2]] = true
+	}
+	for id := range seams {
+		assert.True(t, implemented[id], "seam %s is implemented by a drawn package", id)
+	}
+}
+
+// packageDir returns the directory of the package drawn as name.
+func packageDir(t *testing.T, nodes map[string]string, name string) string {
+	t.Helper()
+	if name == "idem" {
+		return "."
+	}
+	require.Contains(t, mapValuesUnique(nodes), name, "a package node %q", name)
+	return name
+}
+
+// interfaceMethods returns the method names of the interface name declared
+// in the non-test files of dir.
+func interfaceMethods(t *testing.T, dir, name string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range parseDir(t, dir) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok || ts.Name.Name != name {
+				return true
+			}
+			if it, ok := ts.Type.(*ast.InterfaceType); ok {
+				for _, m := range it.Methods.List {
+					for _, id := range m.Names {
+						out = append(out, id.Name)
+					}
+				}
+			}
+			return false
+		})
+	}
+	return out
+}
+
+// hasMethods reports whether a type declared in the non-test files of dir
+// has methods of all the names.
+func hasMethods(t *testing.T, dir string, names []string) bool {
+	t.Helper()
+	byType := map[string]map[string]bool{}
+	for _, f := range parseDir(t, dir) {
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || len(fn.Recv.List) != 1 {
+				continue
+			}
+			recv := fn.Recv.List[0].Type
+			if star, ok := recv.(*ast.StarExpr); ok {
+				recv = star.X
+			}
+			id, ok := recv.(*ast.Ident)
+			if !ok {
+				continue
+			}
+			if byType[id.Name] == nil {
+				byType[id.Name] = map[string]bool{}
+			}
+			byType[id.Name][fn.Name.Name] = true
+		}
+	}
+	for _, methods := range byType {
+		if !slices.ContainsFunc(names, func(n string) bool { return !methods[n] }) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseDir parses the non-test Go files of dir.
+func parseDir(t *testing.T, dir string) []*ast.File {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	var out []*ast.File
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		out = append(out, f)
+	}
+	return out
 }
 
 // mermaidBlocks returns the Mermaid blocks of a Markdown text, in order.
