@@ -34,6 +34,20 @@ func certServer(t *testing.T, cert certtest.Cert, clk *clock) (url string, hc *h
 	return srv.URL + "/payments", &http.Client{Transport: tr}, dials
 }
 
+// certQueue opens a running queue whose Client reaches a certServer with
+// cert, dates judged by clk, events in ev, and enqueues one intent for it.
+func certQueue(t *testing.T, clk *clock, cert certtest.Cert, ev *events) (*Queue, ID, *atomic.Int32) {
+	t.Helper()
+	target, hc, dials := certServer(t, cert, clk)
+	opts := fast(&idem.Client{HTTPClient: hc})
+	opts.now, opts.Notify = clk.Now, ev.notify
+	q, _ := openTest(t, opts)
+	id, err := q.Enqueue(waitCtx(t), post(t, target, 1))
+	require.NoError(t, err)
+	run(t, q)
+	return q, id, dials
+}
+
 // clockHeld returns the errors of the EventClockHeld events.
 func (e *events) clockHeld() []string {
 	e.mu.Lock()
@@ -104,15 +118,9 @@ func TestQueueCertificateDatesHold(t *testing.T) {
 func TestQueueCertificateDatesWake(t *testing.T) {
 	clk := newClock()
 	t0 := clk.Now()
-	target, hc, dials := certServer(t, certtest.Cert{NotBefore: t0.Add(-year), NotAfter: t0.Add(-time.Hour)}, clk)
 	var ev events
-	opts := fast(&idem.Client{HTTPClient: hc})
-	opts.now, opts.Notify = clk.Now, ev.notify
-	q, _ := openTest(t, opts)
+	q, id, dials := certQueue(t, clk, certtest.Cert{NotBefore: t0.Add(-year), NotAfter: t0.Add(-time.Hour)}, &ev)
 	ctx := waitCtx(t)
-	id, err := q.Enqueue(ctx, post(t, target, 1))
-	require.NoError(t, err)
-	run(t, q)
 	require.Eventually(t, func() bool { return ev.count(EventClockHeld) == 1 }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, int32(1), dials.Load())
 
@@ -141,16 +149,9 @@ func TestQueueCertificateDatesWake(t *testing.T) {
 func TestQueueCertificateRefusedWhateverTheClock(t *testing.T) {
 	clk := newClock()
 	t0 := clk.Now()
-	target, hc, _ := certServer(t, certtest.Cert{NotBefore: t0.Add(-year), NotAfter: t0.Add(year), Host: "other.invalid"}, clk)
 	var ev events
-	opts := fast(&idem.Client{HTTPClient: hc})
-	opts.now, opts.Notify = clk.Now, ev.notify
-	q, _ := openTest(t, opts)
-	ctx := waitCtx(t)
-	id, err := q.Enqueue(ctx, post(t, target, 1))
-	require.NoError(t, err)
-	run(t, q)
-	r, err := q.Wait(ctx, id)
+	q, id, _ := certQueue(t, clk, certtest.Cert{NotBefore: t0.Add(-year), NotAfter: t0.Add(year), Host: "other.invalid"}, &ev)
+	r, err := q.Wait(waitCtx(t), id)
 	require.NoError(t, err)
 	assert.Equal(t, Failed, r.State)
 	assert.Equal(t, idem.NotApplied, r.Outcome)
