@@ -66,7 +66,7 @@ type Client struct {
 	// KeyFormat is how the key is written. The zero value is KeyPlain.
 	KeyFormat KeyFormat
 	// DeletePolicy says when a DELETE answered 404 or 410 is done. The zero
-	// value is DeleteAfterAmbiguous.
+	// value is DeleteAfterDoubt.
 	DeletePolicy DeletePolicy
 	// Logger, if not nil, receives a debug record per attempt, an info
 	// record per retry and a warning per Unknown outcome. Keys, bodies and
@@ -194,7 +194,7 @@ func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
 // *Error whose Outcome is Unknown, the operation is in doubt from the start:
 // a refusal now proves only that this run's attempts were not applied, so
 // only a success settles it, and a DELETE answered 404 or 410 is
-// AlreadyApplied (under DeleteAfterAmbiguous). For any other prior, Resume is
+// AlreadyApplied (under DeleteAfterDoubt). For any other prior, Resume is
 // Do.
 func (c *Client) Resume(ctx context.Context, in *Intent, prior error) (*Result, error) {
 	var e *Error
@@ -211,7 +211,7 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 	if err := c.initRun(&r, ctx, in, p); err != nil {
 		return nil, err
 	}
-	r.ambiguous = inDoubt
+	r.inDoubt = inDoubt
 	resp, d, e := r.loop(ctx)
 	if e != nil {
 		drain(resp)

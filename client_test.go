@@ -188,7 +188,7 @@ func TestDoDeletePolicy(t *testing.T) {
 		class   Class
 	}{
 		{"always", DeleteAlways, AlreadyApplied, ClassAlreadyApplied},
-		{"after-ambiguous", DeleteAfterAmbiguous, NotApplied, ClassRejected},
+		{"after-doubt", DeleteAfterDoubt, NotApplied, ClassRejected},
 		{"never", DeleteNever, NotApplied, ClassRejected},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -87,11 +87,11 @@ func (c Class) String() string {
 type DeletePolicy uint8
 
 const (
-	// DeleteAfterAmbiguous, the zero value, reads 404 and 410 as "already
-	// deleted" only after an earlier ambiguous attempt of the same intent:
+	// DeleteAfterDoubt, the zero value, reads 404 and 410 as "already
+	// deleted" only after an earlier attempt of the same intent left it in doubt:
 	// that attempt is then the likely deleter. On a first attempt 404 means
 	// what it says.
-	DeleteAfterAmbiguous DeletePolicy = iota
+	DeleteAfterDoubt DeletePolicy = iota
 	// DeleteAlways reads every 404 or 410 to a DELETE as "already deleted".
 	DeleteAlways
 	// DeleteNever reads 404 and 410 as rejections.
@@ -134,10 +134,10 @@ type facts struct {
 	Status int
 	// Header is the response header; nil when there is none.
 	Header http.Header
-	// EarlierAmbiguous reports that an earlier attempt of the same intent
+	// EarlierInDoubt reports that an earlier attempt of the same intent
 	// left it in doubt (decision.InDoubt): it was ambiguous, resent by
 	// net/http after its headers went out, or answered 409 under the key.
-	EarlierAmbiguous bool
+	EarlierInDoubt bool
 	// DeletePolicy says how a DELETE answered 404 or 410 is read.
 	DeletePolicy DeletePolicy
 	// Redirect says why the answer, a redirect, was not followed; zero when
@@ -220,7 +220,7 @@ func deleteGone(f facts) Class {
 	case DeleteNever:
 		return ClassRejected
 	}
-	if f.EarlierAmbiguous {
+	if f.EarlierInDoubt {
 		return ClassAlreadyApplied
 	}
 	return ClassRejected
@@ -284,7 +284,7 @@ type decision struct {
 	// resent it after its headers had gone out (Wire.Resent), or a keyed
 	// 409 said that a request under the key is in flight, which may still
 	// apply. From then on every end short of success is Unknown: pass it on
-	// as facts.EarlierAmbiguous of every later attempt of the operation.
+	// as facts.EarlierInDoubt of every later attempt of the operation.
 	InDoubt bool
 }
 
@@ -294,7 +294,7 @@ type decision struct {
 func decide(f facts) decision {
 	c := classify(f)
 	d := decision{Class: c, InDoubt: leavesDoubt(c, f)}
-	d.Outcome = outcomeAfter(c, f.EarlierAmbiguous || d.InDoubt)
+	d.Outcome = outcomeAfter(c, f.EarlierInDoubt || d.InDoubt)
 	switch c {
 	case ClassApplied, ClassAlreadyApplied:
 		d.Action = ActionDone
@@ -324,7 +324,7 @@ func decide(f facts) decision {
 		case f.Redirect != redirectFollowed:
 			d.Cause, d.Reason = redirectCause(f), redirectReason(f)
 			return d // another attempt gets the same redirect
-		case f.Status == http.StatusPreconditionFailed && f.EarlierAmbiguous:
+		case f.Status == http.StatusPreconditionFailed && f.EarlierInDoubt:
 			d.Reason = "precondition failed (412) after an ambiguous attempt: that attempt may be the write that moved the validator"
 		}
 	case ClassInvalid:

@@ -122,9 +122,9 @@ func TestDecideTable(t *testing.T) {
 		for _, m := range methods {
 			for _, keyed := range r.keyed {
 				for _, earlier := range []bool{false, true} {
-					name := fmt.Sprintf("%s/%s/key=%v/earlierAmbiguous=%v", r.sc.name, m, keyed, earlier)
+					name := fmt.Sprintf("%s/%s/key=%v/earlierInDoubt=%v", r.sc.name, m, keyed, earlier)
 					t.Run(name, func(t *testing.T) {
-						f := facts{Method: m, HasKey: keyed, Wire: r.sc.wire, Err: r.sc.err, Status: r.sc.status, EarlierAmbiguous: earlier}
+						f := facts{Method: m, HasKey: keyed, Wire: r.sc.wire, Err: r.sc.err, Status: r.sc.status, EarlierInDoubt: earlier}
 						d := decide(f)
 						assert.Equal(t, r.class, d.Class, "class")
 						assert.Equal(t, r.class, classify(f), "classify disagrees with decide")
@@ -213,10 +213,10 @@ func TestDecideDeletePolicy(t *testing.T) {
 		want    Class
 		outcome Outcome
 	}{
-		{DeleteAfterAmbiguous, 404, false, ClassRejected, NotApplied},
-		{DeleteAfterAmbiguous, 404, true, ClassAlreadyApplied, AlreadyApplied},
-		{DeleteAfterAmbiguous, 410, false, ClassRejected, NotApplied},
-		{DeleteAfterAmbiguous, 410, true, ClassAlreadyApplied, AlreadyApplied},
+		{DeleteAfterDoubt, 404, false, ClassRejected, NotApplied},
+		{DeleteAfterDoubt, 404, true, ClassAlreadyApplied, AlreadyApplied},
+		{DeleteAfterDoubt, 410, false, ClassRejected, NotApplied},
+		{DeleteAfterDoubt, 410, true, ClassAlreadyApplied, AlreadyApplied},
 		{DeleteAlways, 404, false, ClassAlreadyApplied, AlreadyApplied},
 		{DeleteAlways, 410, true, ClassAlreadyApplied, AlreadyApplied},
 		{DeleteNever, 404, true, ClassRejected, Unknown},
@@ -225,7 +225,7 @@ func TestDecideDeletePolicy(t *testing.T) {
 	for _, tt := range tests {
 		for _, keyed := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/%d/earlier=%v/key=%v", tt.policy, tt.status, tt.earlier, keyed), func(t *testing.T) {
-				d := decide(facts{Method: "DELETE", HasKey: keyed, Status: tt.status, EarlierAmbiguous: tt.earlier, DeletePolicy: tt.policy})
+				d := decide(facts{Method: "DELETE", HasKey: keyed, Status: tt.status, EarlierInDoubt: tt.earlier, DeletePolicy: tt.policy})
 				assert.Equal(t, tt.want, d.Class)
 				assert.Equal(t, tt.outcome, d.Outcome)
 				if tt.want == ClassAlreadyApplied {
@@ -237,12 +237,12 @@ func TestDecideDeletePolicy(t *testing.T) {
 		}
 	}
 	// The policy concerns DELETE alone.
-	d := decide(facts{Method: "GET", Status: 404, DeletePolicy: DeleteAlways, EarlierAmbiguous: true})
+	d := decide(facts{Method: "GET", Status: 404, DeletePolicy: DeleteAlways, EarlierInDoubt: true})
 	assert.Equal(t, ClassRejected, d.Class)
 }
 
 func TestDecide412AfterAmbiguousFlagged(t *testing.T) {
-	d := decide(facts{Method: "PUT", HasKey: true, Status: 412, EarlierAmbiguous: true})
+	d := decide(facts{Method: "PUT", HasKey: true, Status: 412, EarlierInDoubt: true})
 	assert.Equal(t, ActionStop, d.Action)
 	assert.Equal(t, Unknown, d.Outcome)
 	assert.Contains(t, d.Reason, "may be the write that moved")

@@ -167,8 +167,8 @@ func decidedActions() map[Class][]Action {
 	for _, method := range allMethods {
 		for _, key := range []bool{false, true} {
 			for _, earlier := range []bool{false, true} {
-				for _, policy := range []DeletePolicy{DeleteAfterAmbiguous, DeleteAlways, DeleteNever} {
-					base := facts{Method: method, HasKey: key, EarlierAmbiguous: earlier, DeletePolicy: policy}
+				for _, policy := range []DeletePolicy{DeleteAfterDoubt, DeleteAlways, DeleteNever} {
+					base := facts{Method: method, HasKey: key, EarlierInDoubt: earlier, DeletePolicy: policy}
 					for _, e := range errs {
 						f := base
 						f.Err, f.Wire = e.Err, e.Wire

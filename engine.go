@@ -9,15 +9,15 @@ import (
 
 func init() {
 	engine.Register(engine.Impl{
-		Attempt:   attemptOnce,
+		Attempt:   sendOne,
 		Unsettled: func(inDoubt bool) uint8 { return uint8(outcomeAfter(ClassNone, inDoubt)) },
 	})
 }
 
-// attemptOnce makes exactly one attempt for a companion package such as the
+// sendOne makes exactly one attempt for a companion package such as the
 // queue, which keeps the schedule (see package internal/engine): the run's
 // policy loop is left out, its sender, decision and observer are the same.
-func attemptOnce(ctx context.Context, call engine.Call) (engine.Step, error) {
+func sendOne(ctx context.Context, call engine.Call) (engine.Step, error) {
 	c, _ := call.Client.(*Client)
 	in, _ := call.Intent.(*Intent)
 	if c == nil {
@@ -33,7 +33,7 @@ func attemptOnce(ctx context.Context, call engine.Call) (engine.Step, error) {
 	if err := c.initRun(&r, ctx, in, p); err != nil {
 		return engine.Step{}, err
 	}
-	r.ambiguous = call.InDoubt
+	r.inDoubt = call.InDoubt
 	resp, d, err := r.step(ctx)
 	if err != nil {
 		return engine.Step{}, err
@@ -46,7 +46,7 @@ func attemptOnce(ctx context.Context, call engine.Call) (engine.Step, error) {
 		// Action: observers hear of the attempt once it has.
 		Report: func(action uint8, wait time.Duration) {
 			r.latest.Wait = wait
-			r.obs.attempt(ctx, &r, Action(action))
+			r.obs.reportAttempt(ctx, &r, Action(action))
 		},
 	}
 	if resp != nil {

@@ -204,12 +204,12 @@ func fzIntents(tb testing.TB) []*Intent {
 // FuzzClassify checks classify and decide over fuzzed facts against the
 // invariants the decision table states.
 func FuzzClassify(f *testing.F) {
-	f.Fuzz(func(t *testing.T, method string, status int, hasKey bool, conns int, wroteHeaders, wroteRequest, gotResponse, withErr, earlierAmbiguous bool, policy uint8, hint string) {
+	f.Fuzz(func(t *testing.T, method string, status int, hasKey bool, conns int, wroteHeaders, wroteRequest, gotResponse, withErr, earlierInDoubt bool, policy uint8, hint string) {
 		fc := facts{
 			Method: method, HasKey: hasKey, Status: status,
 			Wire: Wire{Conns: conns, WroteHeaders: wroteHeaders, WroteRequest: wroteRequest, GotResponse: gotResponse,
 				Resent: conns > 1 && wroteHeaders},
-			EarlierAmbiguous: earlierAmbiguous, DeletePolicy: DeletePolicy(policy),
+			EarlierInDoubt: earlierInDoubt, DeletePolicy: DeletePolicy(policy),
 		}
 		if withErr {
 			fc.Err = errors.New("read: connection reset by peer")
@@ -272,9 +272,9 @@ func FuzzClassify(f *testing.F) {
 		}
 		// In doubt: an ambiguous attempt, now or earlier, a resend by
 		// net/http after the headers went out, or a keyed 409.
-		doubt := c == ClassAmbiguous || earlierAmbiguous || fc.Wire.Resent || (!withErr && hasKey && status == 409)
-		if doubt && !fzSucceeded(c) && (d.Outcome != Unknown || !d.InDoubt && !earlierAmbiguous) {
-			t.Fatalf("class %v, earlier ambiguous %v, resent %v: %+v, want unknown", c, earlierAmbiguous, fc.Wire.Resent, d)
+		doubt := c == ClassAmbiguous || earlierInDoubt || fc.Wire.Resent || (!withErr && hasKey && status == 409)
+		if doubt && !fzSucceeded(c) && (d.Outcome != Unknown || !d.InDoubt && !earlierInDoubt) {
+			t.Fatalf("class %v, earlier ambiguous %v, resent %v: %+v, want unknown", c, earlierInDoubt, fc.Wire.Resent, d)
 		}
 		if !doubt && !fzSucceeded(c) && (d.Outcome != NotApplied || d.InDoubt) {
 			t.Fatalf("class %v with nothing in doubt: %+v, want not applied", c, d)

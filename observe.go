@@ -95,9 +95,9 @@ type observer struct {
 	hook   func(context.Context, AttemptInfo)
 }
 
-// attempt records the latest attempt of r, once what follows it (action)
+// reportAttempt records the latest attempt of r, once what follows it (action)
 // is known.
-func (o observer) attempt(ctx context.Context, r *run, action Action) {
+func (o observer) reportAttempt(ctx context.Context, r *run, action Action) {
 	a := r.latest
 	// net/http may have sent the request on more than one connection.
 	o.m.attempts.Add(uint64(max(a.Wire.Conns, 1)))

@@ -46,10 +46,10 @@ type run struct {
 	// The trail is earlier, then latest: n attempts in all. The latest is
 	// kept apart so that a run of one attempt, most runs, allocates a trail
 	// only when it hands one out (trail), and a Transport's success none.
-	earlier   []Attempt
-	latest    Attempt
-	n         int
-	ambiguous bool // an attempt so far left the operation in doubt (decision.InDoubt)
+	earlier []Attempt
+	latest  Attempt
+	n       int
+	inDoubt bool // an attempt so far left the operation in doubt (decision.InDoubt)
 	// refused is why the http.Client did not follow the latest attempt's
 	// redirect (its CheckRedirect's error); nil when it did, or none came.
 	refused error
@@ -83,24 +83,24 @@ func (r *run) loop(ctx context.Context) (*http.Response, decision, *Error) {
 		}
 		switch {
 		case d.Action == ActionDone:
-			r.obs.attempt(ctx, r, ActionDone)
+			r.obs.reportAttempt(ctx, r, ActionDone)
 			return resp, d, nil
 		case d.Action == ActionStop && d.Class == ClassRejected && d.Outcome == NotApplied && d.Cause == nil:
 			// A final HTTP answer, as net/http returns one.
-			r.obs.attempt(ctx, r, ActionStop)
+			r.obs.reportAttempt(ctx, r, ActionStop)
 			return resp, d, nil
 		case d.Action == ActionStop:
-			r.obs.attempt(ctx, r, ActionStop)
+			r.obs.reportAttempt(ctx, r, ActionStop)
 			return resp, d, r.fail(d.Outcome, d.Reason, 0, d.Cause)
 		}
 		wait, ferr := r.nextWait(ctx, resp)
 		if ferr != nil {
-			r.obs.attempt(ctx, r, ActionStop) // the decision said retry; the policy said no
+			r.obs.reportAttempt(ctx, r, ActionStop) // the decision said retry; the policy said no
 			return resp, d, ferr
 		}
 		drain(resp)
 		r.latest.Wait = wait
-		r.obs.attempt(ctx, r, ActionRetry)
+		r.obs.reportAttempt(ctx, r, ActionRetry)
 		r.obs.retry(ctx, r, wait)
 		if err := r.clock.Sleep(ctx, wait); err != nil {
 			return nil, d, r.fail(r.outcome(), "context ended while waiting to retry", 0, err)
@@ -111,13 +111,13 @@ func (r *run) loop(ctx context.Context) (*http.Response, decision, *Error) {
 // step makes one attempt, decides on it and makes it the latest of the
 // trail.
 func (r *run) step(ctx context.Context) (*http.Response, decision, error) {
-	resp, att, err := r.attempt(ctx)
+	resp, att, err := r.send(ctx)
 	if err != nil {
 		return nil, decision{}, err
 	}
 	f := facts{
 		Method: r.method, HasKey: r.hasKey, Wire: att.Wire, Err: att.Err,
-		Status: att.Status, EarlierAmbiguous: r.ambiguous, DeletePolicy: r.deletePolicy,
+		Status: att.Status, EarlierInDoubt: r.inDoubt, DeletePolicy: r.deletePolicy,
 	}
 	if resp != nil {
 		own := ownAnswer(resp, r.method)
@@ -130,7 +130,7 @@ func (r *run) step(ctx context.Context) (*http.Response, decision, error) {
 		r.earlier = append(r.earlier, r.latest)
 	}
 	r.latest, r.n = att, r.n+1
-	r.ambiguous = r.ambiguous || d.InDoubt
+	r.inDoubt = r.inDoubt || d.InDoubt
 	return resp, d, nil
 }
 
@@ -183,9 +183,10 @@ func (r *run) redirectStop(own *http.Response) redirectStop {
 	return redirectFollowed
 }
 
-// attempt sends one attempt. A non-nil error means no attempt was made: the
-// context had ended or the request could not be built.
-func (r *run) attempt(ctx context.Context) (*http.Response, Attempt, error) {
+// send sends one attempt and records it in the trail. A non-nil error
+// means no attempt was made: the context had ended or the request could not
+// be built.
+func (r *run) send(ctx context.Context) (*http.Response, Attempt, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, Attempt{}, err
 	}
@@ -321,7 +322,7 @@ func (r *run) firstStart() time.Time {
 
 // outcome is the outcome if the run ended now without success: Unknown once
 // an attempt left the operation in doubt.
-func (r *run) outcome() Outcome { return outcomeAfter(ClassNone, r.ambiguous) }
+func (r *run) outcome() Outcome { return outcomeAfter(ClassNone, r.inDoubt) }
 
 // logsURL reports whether anything will want the URL as a string: a
 // Transport formats it only then.

@@ -51,7 +51,7 @@ type Transport struct {
 	// DefaultKeyHeader is used.
 	KeyHeader string
 	// DeletePolicy says when a DELETE answered 404 or 410 is done. The zero
-	// value is DeleteAfterAmbiguous.
+	// value is DeleteAfterDoubt.
 	DeletePolicy DeletePolicy
 	// Logger and OnAttempt are as in Client.
 	Logger    *slog.Logger
@@ -117,13 +117,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// (a 303, or a 301 or 302 to a write), the write's own answer stands.
 	prev, changed := earlierHop(req)
 	if prev != nil {
-		r.ambiguous = prev.inDoubt || (changed && prev.outcome != NotApplied)
+		r.inDoubt = prev.inDoubt || (changed && prev.outcome != NotApplied)
 	}
 	if t.DoubtWindow < 0 {
 		key = "" // the memory of doubts is off
 	}
 	remembered := t.inDoubt(key, r.clock) // an SDK's resend of a request left in doubt
-	r.ambiguous = r.ambiguous || remembered
+	r.inDoubt = r.inDoubt || remembered
 	ctx := req.Context()
 	var (
 		resp *http.Response
@@ -161,7 +161,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		rep.fill(Report{Outcome: out, Replayed: replayed, Err: e, Attempts: r.trail()}, prev, changed)
 	}
 	if isRedirect(resp.StatusCode) {
-		resp.Body = &hopBody{ReadCloser: resp.Body, hop: hop{outcome: out, inDoubt: r.ambiguous}}
+		resp.Body = &hopBody{ReadCloser: resp.Body, hop: hop{outcome: out, inDoubt: r.inDoubt}}
 	}
 	return resp, nil
 }

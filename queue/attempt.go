@@ -50,7 +50,7 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 	if err := q.lease(r, now); err != nil {
 		return now, err
 	}
-	return q.attempt(ctx, r, 0)
+	return q.sendRecord(ctx, r, 0)
 }
 
 // lease marks r leased and commits that before anything is sent: a crash
@@ -136,18 +136,18 @@ func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *
 	if next == nil {
 		return q.st.Now(), nil
 	}
-	return q.attempt(ctx, next, streak+1)
+	return q.sendRecord(ctx, next, streak+1)
 }
 
-// attempt sends one attempt of the leased r, the streak-th record in a row
+// sendRecord sends one attempt of the leased r, the streak-th record in a row
 // of its lane this worker sends, and records what followed.
-func (q *Queue) attempt(ctx context.Context, r *Record, streak int) (time.Time, error) {
+func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Time, error) {
 	// The timeout bounds the stored body's reading too, which the horizon
 	// counts as part of the attempt.
 	timeout := q.opts.Policy.AttemptTimeout
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	step, err := engine.Attempt(actx, engine.Call{Client: q.opts.Client, Intent: r.Intent, InDoubt: r.Ambiguous, Timeout: timeout})
+	step, err := engine.Attempt(actx, engine.Call{Client: q.opts.Client, Intent: r.Intent, InDoubt: r.InDoubt, Timeout: timeout})
 	now := q.st.Now()
 	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
 		r.LastError = redact.Error(err)
@@ -175,7 +175,7 @@ func (q *Queue) attempt(ctx context.Context, r *Record, streak int) (time.Time, 
 	}
 	q.observe(class)
 	if step.InDoubt { // ambiguous, resent by net/http, or a keyed 409
-		r.Ambiguous = true
+		r.InDoubt = true
 	}
 	// Each branch reports what the queue does next, which the table's
 	// action only advises: its schedule may fail, expire or hold instead.
@@ -229,7 +229,7 @@ func (q *Queue) retryLater(r *Record, step engine.Step, now time.Time) (time.Tim
 // with fresh credentials, then the lane is held and reported, its records
 // kept.
 func (q *Queue) unauthorized(r *Record, step engine.Step, now time.Time) (time.Time, error) {
-	if !r.Ambiguous {
+	if !r.InDoubt {
 		r.unsend() // a 401 comes before any effect; the key was not used
 	}
 	if !r.reauthorized {
@@ -285,7 +285,7 @@ func markSettled(r *Record, s State, o idem.Outcome, reason string, res *Respons
 }
 
 // outcomeOf is the outcome of r if it ends now without success.
-func (q *Queue) outcomeOf(r *Record) idem.Outcome { return idem.Outcome(engine.Unsettled(r.Ambiguous)) }
+func (q *Queue) outcomeOf(r *Record) idem.Outcome { return idem.Outcome(engine.Unsettled(r.InDoubt)) }
 
 // rule is what the retry rule (delay.Next) reads of the queue's options: no
 // MaxElapsed, for the horizon and MaxAge bound a record's life.

@@ -84,7 +84,7 @@ func TestCloseFromNotifyDuringAttempts(t *testing.T) {
 		r, err := q.Get(id)
 		require.NoError(t, err)
 		assert.Equal(t, Pending, r.State, "record %d", id)
-		assert.True(t, r.Ambiguous, "record %d: its attempt was sent and ended unanswered", id)
+		assert.True(t, r.InDoubt, "record %d: its attempt was sent and ended unanswered", id)
 	}
 }
 

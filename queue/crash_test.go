@@ -136,7 +136,7 @@ func TestCrashKillRestart(t *testing.T) {
 	ambiguous, attempts := 0, 0
 	for _, r := range recs {
 		assert.Equal(t, queue.Done, r.State, "record %d (%s): %s %s", r.ID, r.Intent.Key(), r.Reason, r.LastError)
-		if r.Ambiguous {
+		if r.InDoubt {
 			ambiguous++
 		}
 		attempts += r.NumAttempts

@@ -92,7 +92,7 @@
 //
 // Exactly-once needs the server's side: a server that ignores the key, or
 // forgets it sooner than Options.Retention says, can apply a resend twice.
-// A record that was in flight at a crash is counted as ambiguous, since
+// A record that was in flight at a crash is counted as in doubt, since
 // nobody saw its attempt end. When every recent attempt fails before
 // reaching the network the drainer treats the device as offline and probes
 // with a growing delay; call Wake when the application knows the network is

@@ -340,7 +340,7 @@ func TestDrainHorizon(t *testing.T) {
 	require.Eventually(t, func() bool { return len(srv.requests()) == 1 }, 5*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
 		r, err := q.Get(id)
-		return err == nil && r.State == Pending && r.Ambiguous
+		return err == nil && r.State == Pending && r.InDoubt
 	}, 5*time.Second, time.Millisecond)
 	r, err := q.Get(id)
 	require.NoError(t, err)
@@ -570,7 +570,7 @@ func TestCloseDuringAttempt(t *testing.T) {
 	r, err := q.Get(id)
 	require.NoError(t, err)
 	assert.Equal(t, Pending, r.State)
-	assert.True(t, r.Ambiguous, "the request was sent and no answer came")
+	assert.True(t, r.InDoubt, "the request was sent and no answer came")
 	assert.Equal(t, 1, r.NumAttempts)
 	assert.Equal(t, idem.ClassAmbiguous, r.LastClass)
 }

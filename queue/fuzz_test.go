@@ -89,7 +89,7 @@ type fzFields struct {
 	Outcome                                                        idem.Outcome
 	Attempts                                                       int
 	NextAttempt, FirstSentAt, LastAttemptAt, EnqueuedAt, SettledAt int64
-	Ambiguous, LeaseSetFirstSent, Reauthorized, Damaged            bool
+	InDoubt, LeaseSetFirstSent, Reauthorized, Damaged              bool
 	LastClass                                                      idem.Class
 	LastStatus                                                     int
 	LastError, Reason                                              string
@@ -110,7 +110,7 @@ func fzRecordFields(r *Record) fzFields {
 		ID: r.ID, State: r.State, Outcome: r.Outcome, Attempts: r.NumAttempts,
 		NextAttempt: binenc.Nanos(r.NextAttempt), FirstSentAt: binenc.Nanos(r.FirstSentAt), LastAttemptAt: binenc.Nanos(r.LastAttemptAt),
 		EnqueuedAt: binenc.Nanos(r.EnqueuedAt), SettledAt: binenc.Nanos(r.SettledAt),
-		Ambiguous: r.Ambiguous, LeaseSetFirstSent: r.leaseSetFirstSent, Reauthorized: r.reauthorized, Damaged: r.Damaged,
+		InDoubt: r.InDoubt, LeaseSetFirstSent: r.leaseSetFirstSent, Reauthorized: r.reauthorized, Damaged: r.Damaged,
 		LastClass: r.LastClass, LastStatus: r.LastStatus, LastError: r.LastError, Reason: r.Reason,
 		ResubmittedAs: r.ResubmittedAs,
 	}
@@ -150,13 +150,13 @@ func fzRecords(tb testing.TB) []*Record {
 		Intent: mk("PUT", "http://127.0.0.1:8080/r/1", nil, idem.WithoutKey(), idem.WithHeader("If-Match", `"e1"`)),
 	}
 	done := &Record{
-		ID: 3, State: Done, Outcome: idem.Applied, NumAttempts: 2, Ambiguous: true, reauthorized: true,
+		ID: 3, State: Done, Outcome: idem.Applied, NumAttempts: 2, InDoubt: true, reauthorized: true,
 		LastClass: idem.ClassApplied, LastStatus: 201, SettledAt: base.Add(time.Minute),
 		Result: &Response{Status: 201, Header: http.Header{"Location": {"/pay/1"}, "Idempotent-Replayed": {"true"}}, Body: []byte(`{"id":1}`)},
 		Intent: mk("POST", "https://api.example/pay", []byte("x"), idem.WithKey("k-3")),
 	}
 	failed := &Record{
-		ID: 4, State: Failed, Outcome: idem.Unknown, NumAttempts: 3, Ambiguous: true, LastClass: idem.ClassRejected,
+		ID: 4, State: Failed, Outcome: idem.Unknown, NumAttempts: 3, InDoubt: true, LastClass: idem.ClassRejected,
 		LastStatus: 412, LastError: "boom", Reason: "precondition failed (412)", ResubmittedAs: 9, SettledAt: base.Add(time.Hour),
 		Result: &Response{Status: 412, Body: []byte(strings.Repeat("e", 64)), Truncated: true},
 		Intent: mk("DELETE", "https://h/r/2", nil, idem.WithKey("k-4")),

@@ -236,7 +236,7 @@ func (st *boltStore) scan(b buckets, now time.Time) error {
 
 // orphaned returns r, left in flight with nobody to see its attempt end (a
 // crash, a failed result commit), to pending: the attempt may have reached
-// the server, so r keeps FirstSentAt and counts as ambiguous.
+// the server, so r keeps FirstSentAt and counts as in doubt.
 func orphaned(r *Record) {
-	r.State, r.Ambiguous, r.leaseSetFirstSent = Pending, true, false
+	r.State, r.InDoubt, r.leaseSetFirstSent = Pending, true, false
 }

@@ -334,7 +334,7 @@ func TestClosed(t *testing.T) {
 }
 
 // TestRecoverInFlight is a crash between a lease and its result: the record
-// returns to pending on Open, counted as ambiguous, FirstSentAt kept.
+// returns to pending on Open, counted as in doubt, FirstSentAt kept.
 func TestRecoverInFlight(t *testing.T) {
 	q, path := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
@@ -352,7 +352,7 @@ func TestRecoverInFlight(t *testing.T) {
 	got, err := q.Get(id)
 	require.NoError(t, err)
 	assert.Equal(t, Pending, got.State)
-	assert.True(t, got.Ambiguous, "an attempt nobody saw end is ambiguous")
+	assert.True(t, got.InDoubt, "an attempt nobody saw end leaves it in doubt")
 	assert.True(t, got.FirstSentAt.Equal(leased), "FirstSentAt %v, want %v", got.FirstSentAt, leased)
 	assert.Equal(t, 1, got.NumAttempts)
 	c, err = q.Counts()

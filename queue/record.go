@@ -108,9 +108,10 @@ type Record struct {
 	// FirstSentAt is when an attempt first may have reached the server; the
 	// zero Time if none has. The horizon counts from it.
 	FirstSentAt time.Time
-	// Ambiguous reports that an attempt was ambiguous: the server may have
-	// acted.
-	Ambiguous bool
+	// InDoubt reports that an attempt left the operation in doubt (an
+	// ambiguous one, a keyed 409, a resend by net/http): the server may
+	// have acted, so only a success settles it.
+	InDoubt bool
 	// LastAttemptAt is when the latest attempt was leased.
 	LastAttemptAt time.Time
 	// LastClass, LastStatus and LastError describe the latest attempt.
@@ -164,7 +165,7 @@ const (
 )
 
 const (
-	flagAmbiguous = 1 << iota
+	flagInDoubt = 1 << iota
 	flagLeaseSetFirstSent
 	flagReauthorized
 	flagHasResult
@@ -190,7 +191,7 @@ func (r *Record) encode() ([]byte, error) {
 		on  bool
 		bit uint64
 	}{
-		{r.Ambiguous, flagAmbiguous}, {r.leaseSetFirstSent, flagLeaseSetFirstSent},
+		{r.InDoubt, flagInDoubt}, {r.leaseSetFirstSent, flagLeaseSetFirstSent},
 		{r.reauthorized, flagReauthorized}, {r.Result != nil, flagHasResult},
 		{r.Result != nil && r.Result.Truncated, flagTruncated}, {r.Damaged, flagDamaged},
 	} {
@@ -324,7 +325,7 @@ func decodeFields(body []byte) (r *Record, lane string, err error) {
 	r.LastStatus = int(d.Uvarint(999, "status"))
 	r.LastError, r.Reason = d.String("last error"), d.String("reason")
 	r.ResubmittedAs = ID(d.Uvarint(math.MaxUint64, "resubmitted ID"))
-	r.Ambiguous = flags&flagAmbiguous != 0
+	r.InDoubt = flags&flagInDoubt != 0
 	r.leaseSetFirstSent = flags&flagLeaseSetFirstSent != 0
 	r.reauthorized = flags&flagReauthorized != 0
 	r.Damaged = flags&flagDamaged != 0

@@ -20,7 +20,7 @@ func sampleRecord(t *testing.T) *Record {
 	base := time.Unix(1_800_000_000, 0)
 	return &Record{
 		ID: 42, Intent: in, State: Failed, Outcome: idem.Unknown, NumAttempts: 3,
-		NextAttempt: base.Add(time.Minute), FirstSentAt: base, Ambiguous: true,
+		NextAttempt: base.Add(time.Minute), FirstSentAt: base, InDoubt: true,
 		LastAttemptAt: base.Add(30 * time.Second), LastClass: idem.ClassRejected, LastStatus: 412,
 		LastError: "boom", Reason: "rejected (412)", EnqueuedAt: base.Add(-time.Second), SettledAt: base.Add(2 * time.Minute),
 		Result:            &Response{Status: 412, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"e":1}`), Truncated: true},
@@ -50,7 +50,7 @@ func TestRecordRoundTripMinimal(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, got.Result)
 	assert.True(t, got.FirstSentAt.IsZero())
-	assert.False(t, got.Ambiguous)
+	assert.False(t, got.InDoubt)
 	assert.Equal(t, Pending, got.State)
 	assert.Equal(t, byte(Pending), data[stateOffset], "the state byte sits at stateOffset")
 }

@@ -83,7 +83,7 @@ func TestResubmitUnknownNeedsForce(t *testing.T) {
 	var v recordView
 	require.NoError(t, jsonOf(ok(t, file, "show", "--json", ids[0].String()), &v))
 	require.Equal(t, "unknown", v.Outcome)
-	assert.True(t, v.Ambiguous)
+	assert.True(t, v.InDoubt)
 
 	r = idemq(t, nil, "--file", file, "resubmit", ids[0].String())
 	assert.Equal(t, exitError, r.code)

@@ -90,7 +90,7 @@ type recordView struct {
 	BodyBytes int      `json:"body_bytes"`
 
 	Attempts   int    `json:"attempts"`
-	Ambiguous  bool   `json:"ambiguous"`
+	InDoubt    bool   `json:"in_doubt"`
 	LastClass  string `json:"last_class,omitempty"`
 	LastStatus int    `json:"last_status,omitempty"`
 	LastError  string `json:"last_error,omitempty"`
@@ -119,7 +119,7 @@ type resultView struct {
 func viewOf(r *queue.Record) recordView {
 	v := recordView{
 		ID: r.ID, State: stateName(r.State), Outcome: outcomeName(r.Outcome),
-		Attempts: r.NumAttempts, Ambiguous: r.Ambiguous,
+		Attempts: r.NumAttempts, InDoubt: r.InDoubt,
 		LastStatus: r.LastStatus, ResubmittedAs: r.ResubmittedAs, Damaged: r.Damaged,
 		EnqueuedAt: timeOrNil(r.EnqueuedAt), FirstSentAt: timeOrNil(r.FirstSentAt),
 		LastAttemptAt: timeOrNil(r.LastAttemptAt), SettledAt: timeOrNil(r.SettledAt),

@@ -67,7 +67,7 @@ func (a *app) showText(v recordView) error {
 		line("request", "lost: the record was damaged and its intent could not be recovered")
 	}
 	line("attempts", "%d", v.Attempts)
-	line("ambiguous", "%s", yesNo(v.Ambiguous))
+	line("in doubt", "%s", yesNo(v.InDoubt))
 	if v.Attempts > 0 {
 		line("last attempt", "%s", fmtTime(v.LastAttemptAt, now))
 		line("last class", "%s", orDash(v.LastClass))

@@ -139,8 +139,8 @@ func (s *story) restarted(ctx context.Context, dev *device, wentDown time.Time) 
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	if !first.FirstSentAt.IsZero() {
-		s.n.say("r-00 was first sent at %s, ambiguous=%t: no attempt may end after %s, its horizon",
-			s.n.at(first.FirstSentAt), first.Ambiguous, s.n.at(first.FirstSentAt.Add(s.cfg.retention-s.cfg.margin)))
+		s.n.say("r-00 was first sent at %s, in-doubt=%t: no attempt may end after %s, its horizon",
+			s.n.at(first.FirstSentAt), first.InDoubt, s.n.at(first.FirstSentAt.Add(s.cfg.retention-s.cfg.margin)))
 	}
 
 	// The server comes back after it has forgotten r-00's key.
