@@ -17,19 +17,6 @@ import (
 // Client.KeyHeader names another.
 const DefaultKeyHeader = "Idempotency-Key"
 
-// KeyFormat is how the key is written in its header.
-type KeyFormat uint8
-
-const (
-	// KeyPlain, the zero value, writes the key as is: Idempotency-Key: k.
-	// Deployed servers expect this form.
-	KeyPlain KeyFormat = iota
-	// KeySFString writes the key as an RFC 8941 string, Idempotency-Key: "k",
-	// as the IETF draft specifies. Valid keys hold no '"' or '\', so no
-	// escaping is needed.
-	KeySFString
-)
-
 // Client runs intents: it makes attempts until the server gives a definitive
 // answer, the policy or the retry budget ends, or the context does, and it
 // retries only where the decision table says a retry cannot apply the
@@ -63,8 +50,11 @@ type Client struct {
 	// KeyHeader names the header carrying the key. If empty,
 	// DefaultKeyHeader is used.
 	KeyHeader string
-	// KeyFormat is how the key is written. The zero value is KeyPlain.
-	KeyFormat KeyFormat
+	// KeySFString writes the key as an RFC 8941 string, Idempotency-Key:
+	// "k", as the IETF draft specifies; valid keys hold no '"' or '\', so
+	// no escaping is needed. If false, the key is written as is,
+	// Idempotency-Key: k, the form deployed servers expect.
+	KeySFString bool
 	// DeletePolicy says when a DELETE answered 404 or 410 is done. The zero
 	// value is DeleteAfterDoubt.
 	DeletePolicy DeletePolicy
@@ -152,7 +142,9 @@ type Attempt struct {
 	Wait time.Duration
 }
 
-func (a Attempt) String() string {
+// attemptText is how an Error shows its last attempt: the class, and the
+// status or the redacted transport error.
+func attemptText(a Attempt) string {
 	if a.Err != nil {
 		return fmt.Sprintf("%s: %s", a.Class, redact.Error(a.Err))
 	}

@@ -1,8 +1,6 @@
 package idem
 
 import (
-	"github.com/idem-go/idem/internal/engine"
-
 	"context"
 	"errors"
 	"fmt"
@@ -252,18 +250,18 @@ func TestDoKeyHeaderOptions(t *testing.T) {
 	tests := []struct {
 		name   string
 		header string
-		format KeyFormat
+		sf     bool
 		want   func(key string) (string, string)
 	}{
-		{"default", "", KeyPlain, func(k string) (string, string) { return "Idempotency-Key", k }},
-		{"sf-string", "", KeySFString, func(k string) (string, string) { return "Idempotency-Key", `"` + k + `"` }},
-		{"custom header", "X-Request-Token", KeyPlain, func(k string) (string, string) { return "X-Request-Token", k }},
+		{"default", "", false, func(k string) (string, string) { return "Idempotency-Key", k }},
+		{"sf-string", "", true, func(k string) (string, string) { return "Idempotency-Key", `"` + k + `"` }},
+		{"custom header", "X-Request-Token", false, func(k string) (string, string) { return "X-Request-Token", k }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newScripted(t, answer(201))
 			c, _ := testClient(t, nil)
-			c.KeyHeader, c.KeyFormat = tt.header, tt.format
+			c.KeyHeader, c.KeySFString = tt.header, tt.sf
 			in := mustIntent(t, "POST", srv.URL, "x")
 			res, err := c.Do(context.Background(), in)
 			require.NoError(t, err)
@@ -497,70 +495,6 @@ func TestErrorMessage(t *testing.T) {
 	assert.Equal(t, "idem: GET u: not applied (0 attempts)", (&Error{Method: "GET", URL: "u", Outcome: NotApplied}).Error())
 }
 
-// TestEngineAttempt: the single attempt companion packages make through
-// internal/engine.
-func TestEngineAttempt(t *testing.T) {
-	tests := []struct {
-		name       string
-		method     string
-		inDoubt    bool
-		steps      []step
-		refuse     int
-		class      Class
-		action     Action
-		outcome    Outcome
-		retryAfter string // the header, for the caller's retry rule to judge
-	}{
-		{"applied", "POST", false, []step{answer(201)}, 0, ClassApplied, ActionDone, Applied, ""},
-		{"DELETE 404 after an earlier ambiguous attempt", "DELETE", true, []step{answer(404)}, 0, ClassAlreadyApplied, ActionDone, AlreadyApplied, ""},
-		{"DELETE 404 with no history", "DELETE", false, []step{answer(404)}, 0, ClassRejected, ActionStop, NotApplied, ""},
-		{"Retry-After is passed on unjudged", "POST", false, []step{answer(429, "Retry-After", "7200")}, 0, ClassNotProcessed, ActionRetry, NotApplied, "7200"},
-		{"history makes a 429 unknown", "POST", true, []step{answer(429)}, 0, ClassNotProcessed, ActionRetry, Unknown, ""},
-		{"never sent", "POST", false, nil, 1, ClassNeverSent, ActionRetry, NotApplied, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := newScripted(t, tt.steps...)
-			d := &refusingDialer{}
-			d.left.Store(int32(tt.refuse))
-			c, clk := testClient(t, httpClient(t, d.DialContext))
-			in := mustIntent(t, tt.method, srv.URL+"/r", "x")
-			s, err := engine.Attempt(context.Background(), engine.Call{Client: c, Intent: in, InDoubt: tt.inDoubt})
-			require.NoError(t, err)
-			if s.Response != nil {
-				s.Response.Body.Close()
-			}
-			assert.Equal(t, tt.class, Class(s.Class))
-			assert.Equal(t, tt.action, Action(s.Action))
-			assert.Equal(t, tt.outcome, Outcome(s.Outcome))
-			assert.Equal(t, tt.retryAfter, s.RetryAfter)
-			assert.Equal(t, tt.refuse == 0, s.Response != nil)
-			assert.Empty(t, clk.Sleeps(), "a single attempt never waits")
-			wantReqs := 1
-			if tt.refuse > 0 {
-				wantReqs = 0
-			}
-			assert.Len(t, srv.Requests(), wantReqs, "exactly one attempt")
-		})
-	}
-}
-
-func TestEngineAttemptBadInput(t *testing.T) {
-	c := &Client{}
-	_, err := engine.Attempt(context.Background(), engine.Call{Client: c})
-	assert.ErrorIs(t, err, ErrInvalidIntent)
-	in := mustIntent(t, "POST", "http://127.0.0.1:1/", "x")
-	//lint:ignore SA1012 testing the nil-context guard
-	_, err = engine.Attempt(nil, engine.Call{Client: c, Intent: in}) //nolint:staticcheck
-	assert.ErrorContains(t, err, "nil context")
-	_, err = engine.Attempt(context.Background(), engine.Call{Client: c, Intent: in, Timeout: -1})
-	assert.ErrorIs(t, err, ErrInvalidPolicy)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err = engine.Attempt(ctx, engine.Call{Client: &Client{}, Intent: in})
-	assert.ErrorIs(t, err, context.Canceled)
-}
-
 // TestDoAttemptTimeoutSparesTheBody: the attempt timeout bounds the wait for
 // headers; a caller still reading a large final body after it is not cut off.
 func TestDoAttemptTimeoutSparesTheBody(t *testing.T) {
@@ -634,11 +568,4 @@ func TestDoAgainAfterAmbiguous(t *testing.T) {
 		res.Response.Body.Close()
 		assert.Equal(t, NotApplied, res.Outcome)
 	})
-}
-
-// TestEngineUnsettled: the queue ends a record without success by the one
-// rule the Client uses.
-func TestEngineUnsettled(t *testing.T) {
-	assert.Equal(t, Unknown, Outcome(engine.Unsettled(true)))
-	assert.Equal(t, NotApplied, Outcome(engine.Unsettled(false)))
 }

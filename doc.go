@@ -20,6 +20,12 @@
 //	...
 //	res, err := client.Do(ctx, in)
 //
+// Do runs a whole operation, waiting between attempts under the Client's
+// Policy and retry budget. A caller that keeps its own schedule, as package
+// queue does or a job runner whose jobs run again later, makes one attempt
+// at a time with Client.Try, which never waits, and decides itself what
+// follows each: the decision table's verdict is its advice.
+//
 // Every failed attempt is classified by what reached the wire (recorded
 // through net/http/httptrace) and by the answer:
 //

@@ -11,6 +11,11 @@ import (
 
 // Outcome is what the caller is told about an intent: whether the operation
 // took effect at the server.
+//
+// An operation that ends without success, by an answer, the policy or a
+// caller's own schedule, is Unknown when an attempt of it left it in doubt,
+// NotApplied when none did: the Outcome of Do's *Error, of a Step of
+// Client.Try, and of a queued record that fails or expires.
 type Outcome uint8
 
 const (
@@ -108,8 +113,8 @@ var (
 	ErrCertificateDates = errors.New("idem: certificate validity dates disagree with the clock")
 
 	// ErrInvalidIntent is returned by NewIntent and UnmarshalBinary for a bad
-	// method, URL, header, lane or encoding, and by Client.Do and
-	// Client.Resume for a nil intent.
+	// method, URL, header, lane or encoding, and by Client.Do,
+	// Client.Resume and Client.Try for a nil intent.
 	ErrInvalidIntent = errors.New("idem: invalid intent")
 	// ErrInvalidKey is returned for an idempotency key that is empty, longer
 	// than MaxKeyLen, or holds a character outside visible ASCII or one of
@@ -121,7 +126,8 @@ var (
 	// ErrBodyTooLarge is returned for a body over MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("idem: body too large")
 	// ErrInvalidPolicy is returned by Client.Do, Client.Resume and
-	// Transport.RoundTrip when their Policy has a negative field.
+	// Transport.RoundTrip when their Policy has a negative field, and by
+	// Client.Try for a negative timeout.
 	ErrInvalidPolicy = errors.New("idem: invalid policy")
 )
 
@@ -166,7 +172,7 @@ func (e *Error) Error() string {
 	}
 	if n > 0 {
 		b.WriteString("; last: ")
-		b.WriteString(e.Attempts[n-1].String())
+		b.WriteString(attemptText(e.Attempts[n-1]))
 	}
 	b.WriteByte(')')
 	return b.String()

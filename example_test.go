@@ -61,6 +61,49 @@ func ExampleClient_Do() {
 	// attempt 2 applied
 }
 
+// A caller that keeps its own schedule, as a job runner that runs a job
+// again later, makes one attempt a run: it keeps the operation's Outcome so
+// far as the next attempt's prior, beside the intent, and decides itself
+// what follows each attempt.
+func ExampleClient_Try() {
+	srv := lossyServer()
+	defer srv.Close()
+
+	in, err := idem.NewIntent("POST", srv.URL+"/payments", []byte(`{"amount":100}`))
+	if err != nil {
+		panic(err)
+	}
+	var c idem.Client
+	waits := []time.Duration{time.Millisecond, 10 * time.Millisecond} // the caller's schedule
+	prior := idem.NoOutcome
+	for n := 0; ; n++ {
+		s, err := c.Try(context.Background(), in, prior, 10*time.Second)
+		if err != nil {
+			panic(err) // no attempt was made
+		}
+		if s.Response != nil {
+			s.Response.Body.Close()
+		}
+		prior = s.Outcome
+		fmt.Println("attempt", n+1, s.Attempt.Class, "- advice:", s.Action)
+		if s.Action != idem.ActionRetry {
+			s.Report(s.Action, 0)
+			break
+		}
+		if n == len(waits) { // the schedule is over: the operation ends with prior
+			s.Report(idem.ActionStop, 0)
+			break
+		}
+		s.Report(idem.ActionRetry, waits[n])
+		time.Sleep(waits[n])
+	}
+	fmt.Println(prior)
+	// Output:
+	// attempt 1 ambiguous - advice: retry
+	// attempt 2 applied - advice: done
+	// applied
+}
+
 func ExampleError() {
 	srv := lossyServer()
 	defer srv.Close()

@@ -45,14 +45,14 @@ func FuzzValidateKey(f *testing.F) {
 		if in.Key() != key || !in.KeySupplied() {
 			t.Fatalf("Key() = %q, KeySupplied() = %v; want %q, true", in.Key(), in.KeySupplied(), key)
 		}
-		for _, format := range []KeyFormat{KeyPlain, KeySFString} {
-			c := &Client{KeyFormat: format}
+		for _, sf := range []bool{false, true} {
+			c := &Client{KeySFString: sf}
 			req, err := (&intentSender{c: c, in: in}).request(context.Background())
 			if err != nil {
 				t.Fatalf("request with key %q: %v", key, err)
 			}
 			want := key
-			if format == KeySFString {
+			if sf {
 				want = `"` + key + `"`
 			}
 			if got := req.Header.Get(DefaultKeyHeader); got != want {

@@ -27,9 +27,9 @@ type Stats struct {
 	// BudgetRefusals counts retries the retry budget refused.
 	BudgetRefusals uint64
 	// Outcomes counts operations finished by Do or RoundTrip, by outcome.
-	// The attempts a queue makes through the Client count in Requests,
-	// Conflicts and KeyReused, not here: the queue decides when its records
-	// end.
+	// The attempts of Client.Try, as a queue makes them, count in Requests,
+	// Conflicts and KeyReused once reported (Step.Report), not here nor in
+	// Retries: the caller's schedule decides what follows them.
 	Outcomes map[Outcome]uint64
 	// BudgetTokens is what is left of the retry budget; -1 when unlimited.
 	BudgetTokens int
@@ -74,17 +74,19 @@ type AttemptInfo struct {
 	Method string
 	// URL is the request URL without its query, user info or fragment.
 	URL string
-	// N numbers the attempt within its operation, from 1.
+	// N numbers the attempt within its operation, from 1; 1 for an
+	// attempt of Client.Try, which knows nothing of earlier ones.
 	N int
 	// Attempt is the attempt's record.
 	Attempt Attempt
 	// Action is what followed: done, a retry after Attempt.Wait (unless
 	// the context ends during the wait), or stop (the decision table's, or
-	// the policy's, budget's or context's). For an attempt a queue made,
-	// it is what the queue did next, which its schedule decides: a retry
-	// after the wait it scheduled, stop when it failed the record, expire
-	// when the next attempt would pass the horizon, hold when it held the
-	// lane (a second 401) or the host (ActionHold).
+	// the policy's, budget's or context's). For an attempt of Client.Try,
+	// it is what the caller did next (Step.Report); for a queue's, what
+	// its schedule decided: a retry after the wait it scheduled, stop when
+	// it failed the record, expire when the next attempt would pass the
+	// horizon, hold when it held the lane (a second 401) or the host
+	// (ActionHold).
 	Action Action
 }
 

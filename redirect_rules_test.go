@@ -87,7 +87,7 @@ func TestAuthorizeKeepsKey(t *testing.T) {
 		srv := newScripted(t, answer(201))
 		c, _ := testClient(t, nil)
 		c.KeyHeader = "x-key"
-		c.KeyFormat = KeySFString
+		c.KeySFString = true
 		c.Authorize = func(_ context.Context, r *http.Request) error {
 			h := r.Header.Clone() // a new map with the same fields is fine
 			h.Set("Authorization", "Bearer t")

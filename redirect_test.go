@@ -1,8 +1,6 @@
 package idem
 
 import (
-	"github.com/idem-go/idem/internal/engine"
-
 	"context"
 	"errors"
 	"net/http"
@@ -42,11 +40,11 @@ func TestRedirectCrossHostKeyedWriteNotFollowed(t *testing.T) {
 			assert.Equal(t, code, e.Status)
 			assert.Contains(t, e.Error(), "another host")
 
-			s, err := engine.Attempt(context.Background(), engine.Call{Client: c, Intent: mustIntent(t, "POST", origin.URL+"/pay", "y")})
+			s, err := c.Try(context.Background(), mustIntent(t, "POST", origin.URL+"/pay", "y"), NoOutcome, 0)
 			require.NoError(t, err)
 			s.Response.Body.Close()
-			assert.Equal(t, ActionStop, Action(s.Action))
-			assert.Equal(t, NotApplied, Outcome(s.Outcome))
+			assert.Equal(t, ActionStop, s.Action)
+			assert.Equal(t, NotApplied, s.Outcome)
 			assert.Contains(t, s.Reason, "another host")
 			assert.Empty(t, other.Requests(), "nothing reached the other host")
 		})

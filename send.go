@@ -57,7 +57,7 @@ func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 	name, key := keyHeaderName(c.KeyHeader), ""
 	if in.key != "" {
 		key = in.key
-		if c.KeyFormat == KeySFString {
+		if c.KeySFString {
 			key = `"` + key + `"`
 		}
 		req.Header[name] = []string{key}

@@ -160,7 +160,7 @@ func TestServerKeyRequired(t *testing.T) {
 func TestServerSFStringKey(t *testing.T) {
 	s := startServer(t, idemtest.Options{SFStringOnly: true, Faults: firstTime(idemtest.FaultCommitThenDrop)})
 	c := fastClient(t, s)
-	c.KeyFormat = KeySFString
+	c.KeySFString = true
 	in := mustIntent(t, "POST", s.URL()+"/payments", "x")
 	res, err := c.Do(context.Background(), in)
 	require.NoError(t, err)

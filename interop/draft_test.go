@@ -139,13 +139,13 @@ func TestIdemAgainstStrictDraftServer(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name        string
-		format      idem.KeyFormat
+		sfString    bool
 		wantOutcome idem.Outcome
 		wantStatus  int
 		wantEffects int
 	}{
-		{name: "KeyPlain", format: idem.KeyPlain, wantOutcome: idem.NotApplied, wantStatus: 400, wantEffects: 0},
-		{name: "KeySFString", format: idem.KeySFString, wantOutcome: idem.Applied, wantStatus: 201, wantEffects: 1},
+		{name: "plain key", sfString: false, wantOutcome: idem.NotApplied, wantStatus: 400, wantEffects: 0},
+		{name: "KeySFString", sfString: true, wantOutcome: idem.Applied, wantStatus: 201, wantEffects: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,7 +154,7 @@ func TestIdemAgainstStrictDraftServer(t *testing.T) {
 			ts := httptest.NewServer(srv)
 			t.Cleanup(ts.Close)
 			c := newClient(t, quickPolicy())
-			c.KeyFormat = tt.format
+			c.KeySFString = tt.sfString
 			in := payment(t, ts.URL+"/pay", "p1")
 			for i, wantReplayed := range []bool{false, tt.wantOutcome == idem.Applied} {
 				d := do(t, c, in)

@@ -99,7 +99,7 @@ func TestFiberRefusedKeyIdem(t *testing.T) {
 		name         string
 		errorHandler bool // rejectBadKeys instead of fiber's default
 		key          string
-		format       idem.KeyFormat
+		sfString     bool
 		wantOutcome  idem.Outcome
 		wantStatus   int
 		wantAttempts int
@@ -109,9 +109,9 @@ func TestFiberRefusedKeyIdem(t *testing.T) {
 			wantOutcome: idem.Unknown, wantStatus: 500, wantAttempts: 4, wantText: "500 Internal Server Error"},
 		{name: "supplied short key, 400 handler", errorHandler: true, key: "order-42",
 			wantOutcome: idem.NotApplied, wantStatus: 400, wantAttempts: 1, wantText: "invalid length: 8 != 36"},
-		{name: "sf-string key, default handler", format: idem.KeySFString,
+		{name: "sf-string key, default handler", sfString: true,
 			wantOutcome: idem.Unknown, wantStatus: 500, wantAttempts: 4, wantText: "500 Internal Server Error"},
-		{name: "sf-string key, 400 handler", errorHandler: true, format: idem.KeySFString,
+		{name: "sf-string key, 400 handler", errorHandler: true, sfString: true,
 			wantOutcome: idem.NotApplied, wantStatus: 400, wantAttempts: 1, wantText: "invalid length: 38 != 36"},
 	}
 	for _, tt := range tests {
@@ -123,7 +123,7 @@ func TestFiberRefusedKeyIdem(t *testing.T) {
 			}
 			shop := startShop(t, cfg)
 			c := newClient(t, quickPolicy())
-			c.KeyFormat = tt.format
+			c.KeySFString = tt.sfString
 			var opts []idem.IntentOption
 			if tt.key != "" {
 				opts = append(opts, idem.WithKey(tt.key))

@@ -74,7 +74,7 @@ func TestToxicsOneAtATime(t *testing.T) {
 			lab := startToxicLab(t, ts.Listener.Addr().String(), []route{r})
 			c := &idem.Client{
 				HTTPClient: newHTTPClient(t, lab.transport(firstDialThrough(r.name))),
-				Policy:     toxicPolicy(attemptTimeout), Budget: idem.NewBudget(0), KeyFormat: idem.KeySFString,
+				Policy:     toxicPolicy(attemptTimeout), Budget: idem.NewBudget(0), KeySFString: true,
 			}
 			d := do(t, c, payment(t, toxicURL, "p1"))
 
@@ -197,7 +197,7 @@ func runToxicMix(t testing.TB, cfg mixConfig) mixReport {
 		t.Cleanup(tr.CloseIdleConnections)
 		return &idem.Client{
 			HTTPClient: &http.Client{Transport: tr}, Policy: toxicPolicy(cfg.attemptTimeout),
-			Budget: idem.NewBudget(0), KeyFormat: idem.KeySFString,
+			Budget: idem.NewBudget(0), KeySFString: true,
 		}
 	}
 	client := newIdem(counted)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/delay"
-	"github.com/idem-go/idem/internal/engine"
 	"github.com/idem-go/idem/redact"
 )
 
@@ -147,7 +146,7 @@ func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Tim
 	timeout := q.opts.Policy.AttemptTimeout
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	step, err := engine.Attempt(actx, engine.Call{Client: q.opts.Client, Intent: r.Intent, InDoubt: r.InDoubt, Timeout: timeout})
+	step, err := q.opts.Client.Try(actx, r.Intent, q.outcomeOf(r), timeout)
 	now := q.st.Now()
 	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
 		r.LastError = redact.Error(err)
@@ -168,24 +167,24 @@ func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Tim
 	if step.Response != nil {
 		res = q.keep(step.Response)
 	}
-	class := idem.Class(step.Class)
-	r.LastClass, r.LastStatus, r.LastError = class, step.Status, ""
-	if step.Err != nil {
-		r.LastError = redact.Error(step.Err)
+	a := step.Attempt
+	r.LastClass, r.LastStatus, r.LastError = a.Class, a.Status, ""
+	if a.Err != nil {
+		r.LastError = redact.Error(a.Err)
 	}
-	q.observe(class)
+	q.observe(a.Class)
 	if step.InDoubt { // ambiguous, resent by net/http, or a keyed 409
 		r.InDoubt = true
 	}
 	// Each branch reports what the queue does next, which the table's
 	// action only advises: its schedule may fail, expire or hold instead.
-	switch action, outcome := idem.Action(step.Action), idem.Outcome(step.Outcome); {
+	switch action, outcome := step.Action, step.Outcome; {
 	case action == idem.ActionDone:
 		tell(step, idem.ActionDone, 0)
 		return q.settleDone(ctx, r, outcome, res, streak)
 	case errors.Is(step.Cause, idem.ErrCertificateDates):
 		return q.holdCertificate(r, step, now)
-	case action == idem.ActionStop && step.Status == http.StatusUnauthorized:
+	case action == idem.ActionStop && a.Status == http.StatusUnauthorized:
 		return q.unauthorized(r, step, now)
 	case action == idem.ActionStop:
 		tell(step, idem.ActionStop, 0)
@@ -196,19 +195,15 @@ func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Tim
 
 // tell reports to the Client's observers what the queue does after the
 // attempt step, with the wait before a retry.
-func tell(step engine.Step, a idem.Action, wait time.Duration) {
-	if step.Report != nil {
-		step.Report(uint8(a), wait)
-	}
-}
+func tell(step *idem.Step, a idem.Action, wait time.Duration) { step.Report(a, wait) }
 
 // retryLater schedules the next attempt of r after the attempt step, or
 // settles r when no attempt could be made in time.
-func (q *Queue) retryLater(r *Record, step engine.Step, now time.Time) (time.Time, error) {
-	if idem.Class(step.Class) == idem.ClassNeverSent {
+func (q *Queue) retryLater(r *Record, step *idem.Step, now time.Time) (time.Time, error) {
+	if step.Attempt.Class == idem.ClassNeverSent {
 		r.unsend()
 	}
-	v := delay.Next(q.rule(), r.NumAttempts, r.FirstSentAt, step.RetryAfter, now, q.opts.rand())
+	v := delay.Next(q.rule(), r.NumAttempts, r.FirstSentAt, retryAfter(step), now, q.opts.rand())
 	if v.Stop != delay.Retry {
 		tell(step, idem.ActionStop, 0)
 		return now, q.settleLeased(r, Failed, q.outcomeOf(r), v.Reason, nil)
@@ -228,7 +223,7 @@ func (q *Queue) retryLater(r *Record, step engine.Step, now time.Time) (time.Tim
 // unauthorized handles a 401, the attempt step: one more attempt at once
 // with fresh credentials, then the lane is held and reported, its records
 // kept.
-func (q *Queue) unauthorized(r *Record, step engine.Step, now time.Time) (time.Time, error) {
+func (q *Queue) unauthorized(r *Record, step *idem.Step, now time.Time) (time.Time, error) {
 	if !r.InDoubt {
 		r.unsend() // a 401 comes before any effect; the key was not used
 	}
@@ -284,8 +279,25 @@ func markSettled(r *Record, s State, o idem.Outcome, reason string, res *Respons
 	r.leaseSetFirstSent = false
 }
 
-// outcomeOf is the outcome of r if it ends now without success.
-func (q *Queue) outcomeOf(r *Record) idem.Outcome { return idem.Outcome(engine.Unsettled(r.InDoubt)) }
+// outcomeOf is the outcome of r if it ends now without success, by the rule
+// idem.Outcome states: Unknown once an attempt left it in doubt, NotApplied
+// otherwise. It is the prior of r's next attempt too (Client.Try), which so
+// reads the doubt of attempts made before a restart.
+func (q *Queue) outcomeOf(r *Record) idem.Outcome {
+	if r.InDoubt {
+		return idem.Unknown
+	}
+	return idem.NotApplied
+}
+
+// retryAfter is the Retry-After header of the answer to the attempt step,
+// unparsed, for the retry rule (delay.Next) to judge; "" for none.
+func retryAfter(step *idem.Step) string {
+	if step.Response == nil {
+		return ""
+	}
+	return step.Response.Header.Get("Retry-After")
+}
 
 // rule is what the retry rule (delay.Next) reads of the queue's options: no
 // MaxElapsed, for the horizon and MaxAge bound a record's life.

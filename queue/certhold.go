@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/engine"
 )
 
 // A certificate refused for its validity dates alone (idem.ErrCertificateDates)
@@ -87,7 +86,7 @@ func (q *Queue) endCertHolds() { q.dateHold = nil }
 // attempt not counted (the clock's fault, not the record's) and its
 // FirstSentAt cleared if this lease set it (nothing reached the server),
 // and sends to its host are held and reported.
-func (q *Queue) holdCertificate(r *Record, step engine.Step, now time.Time) (time.Time, error) {
+func (q *Queue) holdCertificate(r *Record, step *idem.Step, now time.Time) (time.Time, error) {
 	tell(step, idem.ActionHold, 0)
 	r.NumAttempts--
 	r.unsend()
@@ -95,7 +94,7 @@ func (q *Queue) holdCertificate(r *Record, step engine.Step, now time.Time) (tim
 		invalid x509.CertificateInvalidError
 		w       certWindow
 	)
-	if errors.As(step.Err, &invalid) && invalid.Cert != nil {
+	if errors.As(step.Attempt.Err, &invalid) && invalid.Cert != nil {
 		w = certWindow{invalid.Cert.NotBefore, invalid.Cert.NotAfter}
 	}
 	host := hostOf(r)

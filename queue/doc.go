@@ -20,10 +20,11 @@
 // Enqueue returns only after an fsync'd commit; concurrent producers share
 // commits. A record then moves pending -> in flight -> done | failed |
 // expired. Before each attempt a lease commit marks it in flight and records
-// FirstSentAt, the instant the server may first have seen the key; after it,
-// idem's decision table settles the record or schedules the next attempt,
-// with a backoff (or the server's Retry-After, if longer) that survives
-// restarts: the wait after attempt n is a Client's after attempt n.
+// FirstSentAt, the instant the server may first have seen the key. The
+// attempt is one idem.Client.Try: its verdict, idem's decision table's,
+// settles the record or asks for a retry, which the queue's own schedule
+// sets, with a backoff (or the server's Retry-After, if longer) that
+// survives restarts: the wait after attempt n is a Client's after attempt n.
 //
 // Lanes order delivery: records of one lane (Intent.Lane, say a resource)
 // go one at a time in enqueue order, and a lane whose head must wait blocks

@@ -73,7 +73,7 @@ otherwise; the summary goes to stdout.`,
 	fl.IntVar(&f.workers, "workers", queue.DefaultWorkers, "lanes drained in parallel")
 	fl.DurationVar(&f.timeout, "timeout", queue.DefaultPolicy().MaxDelay, "give up after this long (the default lets a record at the longest backoff go once more)")
 	fl.StringVar(&f.keyHeader, "key-header", idem.DefaultKeyHeader, "the header carrying the key: the application's Client.KeyHeader")
-	fl.StringVar(&f.keyFormat, "key-format", "plain", "how the key is written: plain or sf-string (the application's Client.KeyFormat)")
+	fl.StringVar(&f.keyFormat, "key-format", "plain", "how the key is written: plain or sf-string (the application's Client.KeySFString)")
 	fl.StringVar(&f.authEnv, "auth-env", "", "send the value of this environment variable as the Authorization header")
 	fl.StringVar(&f.progress, "progress", "auto", "auto (a bar on a terminal), bar or plain")
 	return cmd
@@ -99,9 +99,8 @@ func (f drainFlags) options() (queue.Options, error) {
 	c := &idem.Client{KeyHeader: f.keyHeader}
 	switch f.keyFormat {
 	case "plain":
-		c.KeyFormat = idem.KeyPlain
 	case "sf-string":
-		c.KeyFormat = idem.KeySFString
+		c.KeySFString = true
 	default:
 		return queue.Options{}, usagef("--key-format %q: want plain or sf-string", f.keyFormat)
 	}

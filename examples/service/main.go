@@ -22,6 +22,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemtest"
+	"github.com/idem-go/idem/redact"
 )
 
 func main() {
@@ -72,7 +73,11 @@ func run(out io.Writer) (summary, error) {
 	body, _ := io.ReadAll(res.Response.Body)
 	res.Response.Body.Close()
 	for i, a := range res.Attempts {
-		fmt.Fprintf(out, "shop: attempt %d: %s\n", i+1, a)
+		if a.Err != nil {
+			fmt.Fprintf(out, "shop: attempt %d: %s: %s\n", i+1, a.Class, redact.Error(a.Err))
+			continue
+		}
+		fmt.Fprintf(out, "shop: attempt %d: %s: %d %s\n", i+1, a.Class, a.Status, http.StatusText(a.Status))
 	}
 	fmt.Fprintf(out, "shop: %s: %s\n", res.Outcome, strings.TrimSpace(string(body)))
 
