@@ -85,13 +85,21 @@ type clock interface {
 	Since(t time.Time) time.Duration
 	// Sleep waits d or until ctx ends, returning ctx's error then.
 	Sleep(ctx context.Context, d time.Duration) error
+	// AfterFunc calls f in its own goroutine after d, unless the returned
+	// timer's Stop stops it first, as time.AfterFunc does.
+	AfterFunc(d time.Duration, f func()) stopper
 }
+
+// stopper is the part of a *time.Timer an attempt timer uses.
+type stopper interface{ Stop() bool }
 
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) Since(t time.Time) time.Duration { return time.Since(t) }
+
+func (realClock) AfterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
 
 func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -16,10 +16,13 @@ import (
 )
 
 // fakeClock records sleeps instead of sleeping; tests stay exact and fast.
+// Its timers run on real time, as attempt timeouts against a real server
+// must, and are recorded so that a test may also fire one itself (fireTimers).
 type fakeClock struct {
-	mu     sync.Mutex // guards now and sleeps
+	mu     sync.Mutex // guards now, sleeps and timers
 	now    time.Time
 	sleeps []time.Duration
+	timers []func()
 }
 
 func newFakeClock() *fakeClock {
@@ -43,6 +46,26 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.sleeps = append(c.sleeps, d)
 	c.now = c.now.Add(d)
 	return nil
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) stopper {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timers = append(c.timers, f)
+	return time.AfterFunc(d, f)
+}
+
+// fireTimers runs the function of every timer started so far, as if each had
+// expired now, whether or not it was stopped: what a timer that fires late,
+// after its Stop lost the race, does.
+func (c *fakeClock) fireTimers() int {
+	c.mu.Lock()
+	fs := append([]func(){}, c.timers...)
+	c.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+	return len(fs)
 }
 
 func (c *fakeClock) Sleeps() []time.Duration {

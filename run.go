@@ -197,7 +197,7 @@ func (r *run) send(ctx context.Context) (*http.Response, Attempt, error) {
 	var timer *attemptTimer
 	if r.policy.AttemptTimeout > 0 {
 		actx, cancel = context.WithCancel(ctx)
-		timer = startTimer(r.policy.AttemptTimeout, cancel)
+		timer = startTimer(r.clock, r.policy.AttemptTimeout, cancel)
 	}
 	rec := wire.New()
 	req, err := r.s.request(rec.WithContext(actx))
@@ -258,13 +258,13 @@ func redirectError(err error) error {
 // Stop and the timer's firing exclude each other: an attempt is either
 // spared or cancelled, never cancelled after Stop said it was spared.
 type attemptTimer struct {
-	t    *time.Timer
+	t    stopper
 	done atomic.Bool // Stop or the timer has run
 }
 
-func startTimer(d time.Duration, cancel context.CancelFunc) *attemptTimer {
+func startTimer(clk clock, d time.Duration, cancel context.CancelFunc) *attemptTimer {
 	at := &attemptTimer{}
-	at.t = time.AfterFunc(d, func() {
+	at.t = clk.AfterFunc(d, func() {
 		if at.done.CompareAndSwap(false, true) {
 			cancel()
 		}
