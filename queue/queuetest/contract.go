@@ -342,14 +342,14 @@ func horizonExpires(t *testing.T, open Opener) {
 }
 
 // maxAgeExpires: an intent too old to send expires without an attempt,
-// NotApplied.
+// NotApplied. Its MaxAge is shorter than one attempt's timeout, so no attempt
+// could end within it: it is too old at once, with no wait.
 func maxAgeExpires(t *testing.T, open Opener) {
 	srv := newRecorder(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(201) })
 	q := open(t, queue.Options{Policy: fast(), MaxAge: 50 * time.Millisecond})
 	ctx := waitCtx(t)
 	id, err := q.Enqueue(ctx, intent(t, "POST", srv.URL+"/p", "x"))
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond)
 	drain(t, q)
 	r, err := q.Wait(ctx, id)
 	require.NoError(t, err)
@@ -426,8 +426,8 @@ func discardAndResubmit(t *testing.T, open Opener) {
 	old := intent(t, "POST", srv.URL+"/old", "y")
 	id, err := q.Enqueue(ctx, old)
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // past MaxAge
-	drain(t, q)
+	drain(t, q) // expires at once: MaxAge is shorter than an attempt's timeout
+
 	r, err := q.Wait(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, queue.Expired, r.State)
