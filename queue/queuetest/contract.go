@@ -427,7 +427,6 @@ func discardAndResubmit(t *testing.T, open Opener) {
 	id, err := q.Enqueue(ctx, old)
 	require.NoError(t, err)
 	drain(t, q) // expires at once: MaxAge is shorter than an attempt's timeout
-
 	r, err := q.Wait(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, queue.Expired, r.State)
