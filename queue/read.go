@@ -4,35 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem"
 )
 
 // Get returns record id, or ErrNotFound.
 func (q *Queue) Get(id ID) (*Record, error) { return q.st.Get(id) }
-
-// Get returns record id, or ErrNotFound.
-func (st *boltStore) Get(id ID) (*Record, error) {
-	var r *Record
-	err := st.guard(func() error {
-		return st.view(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			r, _, err = b.get(id)
-			return err
-		})
-	})
-	if err == nil && r == nil {
-		err = fmt.Errorf("%w: %d", ErrNotFound, id)
-	}
-	return r, err
-}
 
 // List returns up to limit records in state s with IDs after after, in ID
 // order: pass the last ID of a page to get the next. A state of 0 lists
@@ -47,50 +25,12 @@ func (q *Queue) List(s State, after ID, limit int) ([]*Record, error) {
 	return q.st.List(s, after, limit)
 }
 
-// List is List once its arguments are checked.
-func (st *boltStore) List(s State, after ID, limit int) ([]*Record, error) {
-	var out []*Record
-	err := st.guard(func() error {
-		return st.view(func(tx *bolt.Tx) error {
-			out = out[:0]
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			c := b.records.Cursor()
-			for k, v := c.Seek(idKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
-				if s != 0 && (len(v) <= stateOffset || State(v[stateOffset]) != s) {
-					continue // filtered on the state byte, without decoding
-				}
-				r, err := decodeRecord(v)
-				if err != nil {
-					return fmt.Errorf("%w: record %x: %v", ErrDamaged, k, err)
-				}
-				out = append(out, r)
-			}
-			return nil
-		})
-	})
-	return out, err
-}
-
 // Counts returns how many records are in each state.
 func (q *Queue) Counts() (map[State]int, error) {
 	if q.isClosed() {
 		return nil, ErrClosed
 	}
 	return q.st.Counts()
-}
-
-// Counts returns how many records are in each state.
-func (st *boltStore) Counts() (map[State]int, error) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	out := make(map[State]int, 5)
-	for _, s := range states() {
-		out[s] = st.idx.counts[s]
-	}
-	return out, nil
 }
 
 // Wait returns record id once it is settled (done, failed or expired), or
@@ -210,44 +150,6 @@ func (q *Queue) Discard(id ID) error {
 	return nil
 }
 
-// Discard removes record id unless it is in flight.
-func (st *boltStore) Discard(id ID) error {
-	var (
-		r    *Record
-		size int
-	)
-	err := st.guard(func() error {
-		return st.write(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			r, size, err = b.get(id)
-			if err != nil {
-				return err
-			}
-			if r == nil {
-				return fmt.Errorf("%w: %d", ErrNotFound, id)
-			}
-			if r.State == InFlight {
-				return fmt.Errorf("%w: %d", ErrInFlight, id)
-			}
-			return b.remove(r)
-		})
-	})
-	if err != nil {
-		return err
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.idx.removed(r, size)
-	if l := st.idx.lanes[r.lane()]; l != nil && len(l.ids) == 0 && !l.busy {
-		st.ready.remove(l)
-		delete(st.idx.lanes, l.name)
-	}
-	return nil
-}
-
 // discarded wakes the waiters of record id, which Discard removed: each gets
 // a nil record, which Wait turns into ErrDiscarded. Queue.mu is held.
 func (q *Queue) discarded(id ID) {
@@ -311,29 +213,4 @@ func (q *Queue) OldestPending() (time.Duration, error) {
 		return 0, err
 	}
 	return max(q.st.Now().Sub(enqueued), 0), nil
-}
-
-// OldestUnsettled returns when the oldest unsettled record was enqueued; the
-// zero Time when there is none.
-func (st *boltStore) OldestUnsettled() (time.Time, error) {
-	st.mu.Lock()
-	heads := make([]ID, 0, len(st.idx.lanes))
-	for _, l := range st.idx.lanes {
-		if id, ok := l.head(); ok {
-			heads = append(heads, id)
-		}
-	}
-	st.mu.Unlock()
-	if len(heads) == 0 {
-		return time.Time{}, nil
-	}
-	// IDs grow in enqueue order: the oldest record is the smallest head.
-	r, err := st.Get(slices.Min(heads))
-	if errors.Is(err, ErrNotFound) {
-		return time.Time{}, nil // settled meanwhile
-	}
-	if err != nil {
-		return time.Time{}, err
-	}
-	return r.EnqueuedAt, nil
 }

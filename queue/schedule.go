@@ -228,3 +228,24 @@ func (q *Queue) observe(c idem.Class) {
 		q.notify(Event{Kind: ev})
 	}
 }
+
+// offlineState tracks whether the device looks offline: every recent
+// attempt was never sent. Offline, the drainer sends one probe at a time with
+// a growing delay instead of spending every record's attempts.
+type offlineState struct {
+	streak  int           // never-sent attempts in a row
+	on      bool          // offline
+	until   time.Time     // no probe before
+	delay   time.Duration // the current probe delay
+	probing bool          // a probe is under way
+}
+
+const (
+	offlineAfter    = 3 // never-sent attempts in a row before going offline
+	offlineFirst    = time.Second
+	offlineMaxDelay = time.Minute
+)
+
+// sweepEvery is how often a running drainer removes settled records past
+// Options.KeepSettled.
+const sweepEvery = time.Minute

@@ -13,10 +13,6 @@ import (
 	"github.com/idem-go/idem/internal/binenc"
 )
 
-// sweepEvery is how often a running drainer removes settled records past
-// Options.KeepSettled.
-const sweepEvery = time.Minute
-
 // sweepBatch bounds the records one sweep transaction removes, so that a
 // large backlog does not hold the writer for long.
 const sweepBatch = 1000

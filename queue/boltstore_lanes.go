@@ -47,17 +47,21 @@ func (l *lane) head() (ID, bool) {
 // laneHeap orders idle, unheld lanes by when their head is due.
 type laneHeap []*lane
 
-func (h laneHeap) Len() int           { return len(h) }
+func (h laneHeap) Len() int { return len(h) }
+
 func (h laneHeap) Less(i, j int) bool { return h[i].nextAt.Before(h[j].nextAt) }
+
 func (h laneHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index, h[j].index = i, j
 }
+
 func (h *laneHeap) Push(x any) {
 	l := x.(*lane)
 	l.index = len(*h)
 	*h = append(*h, l)
 }
+
 func (h *laneHeap) Pop() any {
 	old := *h
 	l := old[len(old)-1]
@@ -95,23 +99,6 @@ func (h *laneHeap) due(now time.Time) (*lane, time.Duration, bool) {
 	}
 	return heap.Pop(h).(*lane), 0, true
 }
-
-// offlineState tracks whether the device looks offline: every recent
-// attempt was never sent. Offline, the drainer sends one probe at a time with
-// a growing delay instead of spending every record's attempts.
-type offlineState struct {
-	streak  int           // never-sent attempts in a row
-	on      bool          // offline
-	until   time.Time     // no probe before
-	delay   time.Duration // the current probe delay
-	probing bool          // a probe is under way
-}
-
-const (
-	offlineAfter    = 3 // never-sent attempts in a row before going offline
-	offlineFirst    = time.Second
-	offlineMaxDelay = time.Minute
-)
 
 // TakeDue takes the lane whose head is due first for a worker, if one is due
 // at now (got); otherwise it says how long until one is (0: none waits).
