@@ -185,22 +185,21 @@ func (st *boltStore) brokenErr() error {
 	return nil
 }
 
-// Location returns the file's path.
-func (st *boltStore) Location() string { return st.path }
-
-// Now reads the local clock (Options' seam in tests).
-func (st *boltStore) Now() time.Time { return st.opts.now() }
-
-// Shared is false: the file is locked to one Queue (see lockSuffix).
-func (st *boltStore) Shared() bool { return false }
-
-// TakeDamaged returns the records Open quarantined, once.
-func (st *boltStore) TakeDamaged() []*Record {
+// Clock reads the local clock (Options' seam in tests) and its high-water
+// mark.
+func (st *boltStore) Clock() (now, mark time.Time) {
+	now = st.opts.now()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	d := st.damaged
-	st.damaged = nil
-	return d
+	return now, st.hwm
+}
+
+// Info describes the file: its path, shared with no other process (it is
+// locked to one Queue, see lockSuffix), and the records Open quarantined.
+func (st *boltStore) Info() StoreInfo {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return StoreInfo{Location: st.path, Damaged: st.damaged}
 }
 
 // recover prepares a freshly opened file: it checks the layout, rebuilds the

@@ -1,16 +1,25 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// Get returns record id, or ErrNotFound.
-func (st *boltStore) Get(id ID) (*Record, error) {
+// Get returns record id, or ErrNotFound. ctx is checked before the read
+// starts: a bbolt transaction cannot be interrupted.
+func (st *boltStore) Get(ctx context.Context, id ID) (*Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return st.get(id)
+}
+
+// get is Get.
+func (st *boltStore) get(id ID) (*Record, error) {
 	var r *Record
 	err := st.guard(func() error {
 		return st.view(func(tx *bolt.Tx) error {
@@ -29,7 +38,10 @@ func (st *boltStore) Get(id ID) (*Record, error) {
 }
 
 // List is List once its arguments are checked.
-func (st *boltStore) List(s State, after ID, limit int) ([]*Record, error) {
+func (st *boltStore) List(ctx context.Context, s State, after ID, limit int) ([]*Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var out []*Record
 	err := st.guard(func() error {
 		return st.view(func(tx *bolt.Tx) error {
@@ -55,21 +67,17 @@ func (st *boltStore) List(s State, after ID, limit int) ([]*Record, error) {
 	return out, err
 }
 
-// Counts returns how many records are in each state.
-func (st *boltStore) Counts() (map[State]int, error) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	out := make(map[State]int, 5)
-	for _, s := range states() {
-		out[s] = st.idx.counts[s]
+// Stats counts the records in each state, from the index, and reads the
+// oldest unsettled one's enqueue time.
+func (st *boltStore) Stats(ctx context.Context) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, err
 	}
-	return out, nil
-}
-
-// OldestUnsettled returns when the oldest unsettled record was enqueued; the
-// zero Time when there is none.
-func (st *boltStore) OldestUnsettled() (time.Time, error) {
 	st.mu.Lock()
+	counts := make(map[State]int, 5)
+	for _, s := range states() {
+		counts[s] = st.idx.counts[s]
+	}
 	heads := make([]ID, 0, len(st.idx.lanes))
 	for _, l := range st.idx.lanes {
 		if id, ok := l.head(); ok {
@@ -77,16 +85,18 @@ func (st *boltStore) OldestUnsettled() (time.Time, error) {
 		}
 	}
 	st.mu.Unlock()
+	out := Stats{Counts: counts}
 	if len(heads) == 0 {
-		return time.Time{}, nil
+		return out, nil
 	}
 	// IDs grow in enqueue order: the oldest record is the smallest head.
-	r, err := st.Get(slices.Min(heads))
+	r, err := st.get(slices.Min(heads))
 	if errors.Is(err, ErrNotFound) {
-		return time.Time{}, nil // settled meanwhile
+		return out, nil // settled meanwhile
 	}
 	if err != nil {
-		return time.Time{}, err
+		return Stats{}, err
 	}
-	return r.EnqueuedAt, nil
+	out.OldestUnsettled = r.EnqueuedAt
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,7 +30,10 @@ const (
 )
 
 // Sweep is sweep for the running drainer, which races Close.
-func (st *boltStore) Sweep(now time.Time) error {
+func (st *boltStore) Sweep(ctx context.Context, now time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return st.guard(func() error {
 		_, err := st.sweep(now)
 		return err

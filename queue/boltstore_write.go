@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -13,13 +14,22 @@ import (
 
 // Insert stores r, a new pending record, and returns its ID; a record
 // holding r's supplied key for the same operation gives that record's ID
-// instead.
-func (st *boltStore) Insert(r *Record) (ID, error) { return st.insertWith(r, nil) }
+// instead. ctx is checked before the write starts: a bbolt transaction
+// cannot be interrupted. With resubmitOf not 0 it is resubmit.
+func (st *boltStore) Insert(ctx context.Context, r *Record, resubmitOf ID) (ID, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if resubmitOf != 0 {
+		return st.resubmit(r, resubmitOf)
+	}
+	return st.insertWith(r, nil)
+}
 
-// Resubmit is insert for the copy of record old, which it marks in the same
+// resubmit is insert for the copy of record old, which it marks in the same
 // transaction. The transaction checks old again: of two Resubmit calls at
 // once, or one after a crash, only one queues a copy.
-func (st *boltStore) Resubmit(r *Record, old ID) (ID, error) {
+func (st *boltStore) resubmit(r *Record, old ID) (ID, error) {
 	return st.insertWith(r, func(b buckets, newID ID) error {
 		o, _, err := b.get(old)
 		if err != nil || o == nil {
@@ -146,9 +156,18 @@ func (st *boltStore) sameKey(b buckets, in *idem.Intent) (ID, error) {
 	return KeyHeld(r, in)
 }
 
-// Commit stores r over its stored self, which must still be in state old,
-// and updates the index.
-func (st *boltStore) Commit(old State, r *Record) error { return st.commitWith(old, r, nil) }
+// Put stores r over its stored self, which must still be in state old, and
+// updates the index; a lease (see lease) moves the clock's mark too. ctx is
+// checked before the write starts.
+func (st *boltStore) Put(ctx context.Context, old State, r *Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if old == Pending && r.State == InFlight {
+		return st.lease(r)
+	}
+	return st.commitWith(old, r, nil)
+}
 
 // commitWith is commit, with also run in the same transaction.
 func (st *boltStore) commitWith(old State, r *Record, also func(buckets) error) error {
@@ -185,10 +204,10 @@ func (st *boltStore) commitWith(old State, r *Record, also func(buckets) error) 
 	return nil
 }
 
-// Lease commits r in flight. The clock's mark moves on to the lease's time
+// lease commits r in flight. The clock's mark moves on to the lease's time
 // once the lease is committed, in the file in the same commit when it has
 // moved far enough (see saveHWM).
-func (st *boltStore) Lease(r *Record) error {
+func (st *boltStore) lease(r *Record) error {
 	err := st.commitWith(Pending, r, func(b buckets) error { return st.saveHWM(b, r.LastAttemptAt) })
 	if err != nil {
 		return err
@@ -204,16 +223,12 @@ func (st *boltStore) moveMark(t time.Time) {
 	st.mu.Unlock()
 }
 
-// Mark returns the clock's high-water Mark.
-func (st *boltStore) Mark() time.Time {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.hwm
-}
-
 // ResetMark sets the clock's mark to now, in the file too, and returns the
 // mark it replaced.
-func (st *boltStore) ResetMark(now time.Time) (time.Time, error) {
+func (st *boltStore) ResetMark(ctx context.Context, now time.Time) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
 	st.mu.Lock()
 	old := st.hwm
 	st.hwm = now
@@ -267,13 +282,16 @@ type leaseNexter interface {
 	// given that record, pending, marks it leased and says so; it may run
 	// more than once and must not block. It returns the leased record, or
 	// nil.
-	SettleLeaseNext(r *Record, lease func(next *Record) bool) (*Record, error)
+	SettleLeaseNext(ctx context.Context, r *Record, lease func(next *Record) bool) (*Record, error)
 }
 
 // SettleLeaseNext implements leaseNexter: a commit of r (see commitWith)
 // that also leases the next record; the lease moves the clock's mark as
-// Lease does, once committed.
-func (st *boltStore) SettleLeaseNext(r *Record, lease func(*Record) bool) (*Record, error) {
+// Put's does, once committed. ctx is checked before the write starts.
+func (st *boltStore) SettleLeaseNext(ctx context.Context, r *Record, lease func(*Record) bool) (*Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	st.mu.Lock()
 	var nextID ID
 	if l := st.idx.lanes[r.lane()]; l != nil && len(l.ids) > 1 && l.ids[0] == r.ID {
@@ -310,8 +328,12 @@ func (st *boltStore) SettleLeaseNext(r *Record, lease func(*Record) bool) (*Reco
 	return next, nil
 }
 
-// Discard removes record id unless it is in flight.
-func (st *boltStore) Discard(id ID) error {
+// Discard removes record id unless it is in flight. ctx is checked before
+// the write starts.
+func (st *boltStore) Discard(ctx context.Context, id ID) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	var (
 		r    *Record
 		size int

@@ -25,9 +25,10 @@ import (
 // with one generated-key Intent queue it twice (the server still applies it
 // once).
 //
-// Enqueue returns ctx's error without writing if ctx has ended; a write
-// under way is not abandoned when ctx ends, since a store's Insert takes no
-// context: the record may be stored all the same.
+// Enqueue returns ctx's error without writing if ctx has ended. ctx goes to
+// the store, which gives up when it ends as far as it can (see Store): an
+// Enqueue that returns ctx's error may have stored the record all the same,
+// which enqueuing again under a supplied key answers.
 func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	if q.opts.ReadOnly {
 		return 0, ErrReadOnly
@@ -41,15 +42,11 @@ func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, resubmitOf ID) (ID
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	r, err := NewRecord(in, q.st.Now())
+	r, err := NewRecord(in, q.now())
 	if err != nil {
 		return 0, err
 	}
-	insert := q.st.Insert
-	if resubmitOf != 0 {
-		insert = func(r *Record) (ID, error) { return q.st.Resubmit(r, resubmitOf) }
-	}
-	id, err := insert(r)
+	id, err := q.st.Insert(ctx, r, resubmitOf)
 	if err != nil {
 		return 0, err
 	}

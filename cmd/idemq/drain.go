@@ -185,7 +185,7 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 		}
 	}
 	return a.withQueue(opts, func(q *queue.Queue) error {
-		c, err := q.Counts()
+		c, err := q.Counts(ctx)
 		if err != nil {
 			return err
 		}
@@ -210,7 +210,7 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 		if err != nil {
 			return err
 		}
-		if c, err := q.Counts(); err == nil { // after Run: attempts cut by the timeout are recorded
+		if c, err := q.Counts(context.WithoutCancel(ctx)); err == nil { // after Run: attempts cut by the timeout are recorded
 			remaining = c[queue.Pending] + c[queue.InFlight]
 		}
 		a.summary(t, remaining, time.Since(start))
@@ -232,7 +232,7 @@ func (a *app) waitDrained(ctx context.Context, q *queue.Queue, t *tally, rep *re
 	for {
 		_, n, _ := t.snapshot()
 		rep.set(n)
-		c, err := q.Counts()
+		c, err := q.Counts(ctx)
 		if err != nil {
 			return 0, err
 		}
