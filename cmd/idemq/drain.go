@@ -229,14 +229,18 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 func (a *app) waitDrained(ctx context.Context, q *queue.Queue, t *tally, rep *reporter) (int, error) {
 	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
+	remaining := 0
 	for {
 		_, n, _ := t.snapshot()
 		rep.set(n)
 		c, err := q.Counts(ctx)
-		if err != nil {
+		switch {
+		case ctx.Err() != nil: // the drain's time is up: the caller counts again
+			return remaining, nil
+		case err != nil:
 			return 0, err
 		}
-		remaining := c[queue.Pending] + c[queue.InFlight]
+		remaining = c[queue.Pending] + c[queue.InFlight]
 		if remaining == 0 {
 			return 0, nil
 		}
