@@ -15,9 +15,9 @@ import (
 
 // TakeDue takes the lane that fell due first and is held by no live lease,
 // skipping lanes whose rows others have locked and lanes a worker of this
-// store holds until it releases them, and writes a fresh lease token into
-// it. With no lane to take it says how long until the next one is due. Every
-// call also measures the database's clock (see Now).
+// store holds until SetNext gives them back, and writes a fresh lease token
+// into it. With no lane to take it says how long until the next one is due.
+// Every call also measures the database's clock (see Clock).
 //
 // A lane whose lease ran out while a worker of this store still works on it
 // is left to the other replicas: the store keeps one token per lane, and a

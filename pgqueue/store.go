@@ -223,15 +223,15 @@ func (st *store) List(ctx context.Context, s queue.State, after queue.ID, limit 
 
 // Stats counts the records in each state and reads the oldest unsettled
 // one's enqueue time, in one statement.
-func (st *store) Stats(ctx context.Context) (queue.Stats, error) {
+func (st *store) Stats(ctx context.Context) (queue.StoreStats, error) {
 	octx, cancel := st.op(ctx)
 	defer cancel()
 	rows, err := st.pool.Query(octx, `SELECT state, count(*), min(enqueued_at) FILTER (WHERE state <= 2)
 		FROM idem_queue_records GROUP BY state`)
 	if err != nil {
-		return queue.Stats{}, st.wrap(ctx, err)
+		return queue.StoreStats{}, st.wrap(ctx, err)
 	}
-	out := queue.Stats{Counts: map[queue.State]int{}}
+	out := queue.StoreStats{Counts: map[queue.State]int{}}
 	var (
 		s      int16
 		n      int
@@ -245,7 +245,7 @@ func (st *store) Stats(ctx context.Context) (queue.Stats, error) {
 		return nil
 	})
 	if err != nil {
-		return queue.Stats{}, st.wrap(ctx, err)
+		return queue.StoreStats{}, st.wrap(ctx, err)
 	}
 	return out, nil
 }

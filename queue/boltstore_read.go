@@ -69,9 +69,9 @@ func (st *boltStore) List(ctx context.Context, s State, after ID, limit int) ([]
 
 // Stats counts the records in each state, from the index, and reads the
 // oldest unsettled one's enqueue time.
-func (st *boltStore) Stats(ctx context.Context) (Stats, error) {
+func (st *boltStore) Stats(ctx context.Context) (StoreStats, error) {
 	if err := ctx.Err(); err != nil {
-		return Stats{}, err
+		return StoreStats{}, err
 	}
 	st.mu.Lock()
 	counts := make(map[State]int, 5)
@@ -85,7 +85,7 @@ func (st *boltStore) Stats(ctx context.Context) (Stats, error) {
 		}
 	}
 	st.mu.Unlock()
-	out := Stats{Counts: counts}
+	out := StoreStats{Counts: counts}
 	if len(heads) == 0 {
 		return out, nil
 	}
@@ -95,7 +95,7 @@ func (st *boltStore) Stats(ctx context.Context) (Stats, error) {
 		return out, nil // settled meanwhile
 	}
 	if err != nil {
-		return Stats{}, err
+		return StoreStats{}, err
 	}
 	out.OldestUnsettled = r.EnqueuedAt
 	return out, nil

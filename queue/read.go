@@ -43,9 +43,9 @@ func (q *Queue) Counts(ctx context.Context) (map[State]int, error) {
 }
 
 // stats reads the store's Stats.
-func (q *Queue) stats(ctx context.Context) (Stats, error) {
+func (q *Queue) stats(ctx context.Context) (StoreStats, error) {
 	if q.isClosed() {
-		return Stats{}, ErrClosed
+		return StoreStats{}, ErrClosed
 	}
 	return read(ctx, q.st.Stats)
 }

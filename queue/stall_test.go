@@ -97,9 +97,9 @@ func (s *stallStore) List(ctx context.Context, st State, after ID, limit int) ([
 	return s.Store.List(ctx, st, after, limit)
 }
 
-func (s *stallStore) Stats(ctx context.Context) (Stats, error) {
+func (s *stallStore) Stats(ctx context.Context) (StoreStats, error) {
 	if err := s.stall(ctx, "Stats"); err != nil {
-		return Stats{}, err
+		return StoreStats{}, err
 	}
 	return s.Store.Stats(ctx)
 }

@@ -27,9 +27,10 @@ import (
 //
 // Every method that may wait on I/O takes a ctx first. For a call a caller
 // makes (Enqueue, Get, List, Counts, OldestPending, Discard, Resubmit,
-// ResetClock, Wait's reads) it is the caller's; for the drainer's own calls
-// it is Run's, without its cancellation: what an attempt did is recorded
-// even as Run is told to stop. A store gives up when ctx ends as far as its
+// ResetClock, Wait's reads) it is the caller's, and Wake, which takes none,
+// gives context.Background; for the drainer's own calls it is Run's,
+// without its cancellation: what an attempt did is recorded even as Run is
+// told to stop. A store gives up when ctx ends as far as its
 // medium allows, returning an error that wraps ctx's (pgqueue passes ctx to
 // every statement; the bbolt store checks it before it starts, since a bbolt
 // transaction cannot be interrupted), and may bound a call whose ctx has no
@@ -68,7 +69,7 @@ type Store interface {
 	List(ctx context.Context, s State, after ID, limit int) ([]*Record, error)
 	// Stats counts the records in each state and finds when the oldest
 	// unsettled one was enqueued.
-	Stats(ctx context.Context) (Stats, error)
+	Stats(ctx context.Context) (StoreStats, error)
 	// Discard removes record id unless it is in flight (ErrInFlight);
 	// ErrNotFound if there is none.
 	Discard(ctx context.Context, id ID) error
@@ -133,8 +134,8 @@ type StoreInfo struct {
 	Damaged []*Record
 }
 
-// Stats is what Store.Stats counts.
-type Stats struct {
+// StoreStats is what Store.Stats counts.
+type StoreStats struct {
 	// Counts holds how many records are in each state; a state missing
 	// has none.
 	Counts map[State]int
