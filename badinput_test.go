@@ -113,11 +113,11 @@ func TestBadInputNilIntent(t *testing.T) {
 	assert.ErrorIs(t, err, idem.ErrInvalidIntent)
 	assert.EqualError(t, err, "idem: invalid intent: nil intent")
 
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err, "the record enqueued before must still be there")
 	assert.Equal(t, kept.Key(), r.Intent.Key())
 	assert.Equal(t, []byte("kept"), r.Intent.Body())
-	counts, err := q.Counts()
+	counts, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, counts[queue.Pending])
 }
@@ -370,7 +370,7 @@ func TestBadInputEndlessBodyQueue(t *testing.T) {
 	assert.Equal(t, "endless endless ", string(r.Result.Body[:16]))
 	srv.handlerReturned(t)
 
-	again, err := q.Get(id) // and so it is stored
+	again, err := q.Get(context.Background(), id) // and so it is stored
 	require.NoError(t, err)
 	assert.Len(t, again.Result.Body, 1000)
 	assert.True(t, again.Result.Truncated)

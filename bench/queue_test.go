@@ -279,7 +279,7 @@ func queueAtDepth(b *testing.B, depth int) *queue.Queue {
 	path := filepath.Join(dir, "depth-"+fmtCount(depth)+".db")
 	start := time.Now()
 	q := openQueue(b, path, queue.Options{})
-	counts, err := q.Counts()
+	counts, err := q.Counts(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func BenchmarkEnqueueDepth(b *testing.B) {
 			}
 			b.StopTimer()
 			reportMemory(b, q)
-			if err := produce(64, len(ids), func(i int) error { return q.Discard(ids[i]) }); err != nil {
+			if err := produce(64, len(ids), func(i int) error { return q.Discard(context.Background(), ids[i]) }); err != nil {
 				b.Fatal(err)
 			}
 		})

@@ -39,15 +39,15 @@ func ObserveQueue(q *queue.Queue, opts ...Option) (metric.Registration, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, fmt.Errorf("idemotel: %w", err)
 	}
-	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		counts, err := q.Counts()
+	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		counts, err := q.Counts(ctx)
 		if err != nil {
 			return fmt.Errorf("idemotel: %s: %w", MetricQueueRecords, err)
 		}
 		for s, n := range counts {
 			o.ObserveInt64(records, int64(n), c.with(AttrQueueState.String(label(s))))
 		}
-		age, err := q.OldestPending()
+		age, err := q.OldestPending(ctx)
 		if err != nil {
 			return fmt.Errorf("idemotel: %s: %w", MetricQueueOldestPending, err)
 		}

@@ -33,17 +33,16 @@ func BenchmarkDepth(b *testing.B) {
 			for b.Loop() {
 				r, err := queue.NewRecord(in, time.Time{})
 				require.NoError(b, err)
-				_, err = st.Insert(r)
+				_, err = st.Insert(context.Background(), r, 0)
 				require.NoError(b, err)
-				lane, ok, _, err := st.TakeDue(time.Time{})
+				lane, ok, _, err := st.TakeDue(context.Background(), time.Time{})
 				require.NoError(b, err)
 				require.True(b, ok)
-				h, _, err := st.Head(lane)
+				h, _, err := st.Head(context.Background(), lane)
 				require.NoError(b, err)
-				h.State, h.Outcome, h.SettledAt = queue.Done, idem.Applied, st.Now()
-				require.NoError(b, st.Commit(queue.Pending, h))
-				require.NoError(b, st.SetNext(lane, time.Time{}))
-				st.Release(lane)
+				h.State, h.Outcome, h.SettledAt = queue.Done, idem.Applied, st.now()
+				require.NoError(b, st.Put(context.Background(), queue.Pending, h))
+				require.NoError(b, st.SetNext(context.Background(), lane, time.Time{}))
 			}
 		})
 	}

@@ -9,6 +9,19 @@
 // With Options.NoListen nothing is held, and a pool of one connection
 // serves, the drainer then looking for due lanes once a second.
 //
+// # Contexts
+//
+// Every statement runs under the context of the call it serves: an
+// Enqueue, Get, List, Counts, Discard or Resubmit whose context ends while
+// PostgreSQL makes it wait (a lock another transaction holds, a slow
+// server) returns that context's error at once, and the statement is
+// cancelled; a write given up on so is rolled back, unless its commit had
+// already gone out. A statement whose context has no deadline, the
+// drainer's own (which the queue gives Run's context without its
+// cancellation, so that an attempt's result is stored as Run stops) and a
+// caller's without one, is bounded at 30 seconds. Closing the queue cancels
+// what is still under way.
+//
 // # Leases
 //
 // A worker takes a lane by writing a fresh lease token into its row, and

@@ -51,32 +51,24 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error
 	return id, err
 }
 
-// Insert stores r in a transaction of its own.
-func (st *store) Insert(r *queue.Record) (queue.ID, error) {
+// Insert stores r in a transaction of its own, under ctx. With resubmitOf
+// not 0, r is a copy of that record, which the same transaction marks as
+// resubmitted, locking it first: of two resubmits at once, one queues a
+// copy.
+func (st *store) Insert(ctx context.Context, r *queue.Record, resubmitOf queue.ID) (queue.ID, error) {
 	var id queue.ID
-	err := retry(func() error {
-		ctx, cancel := st.op()
+	err := retry(ctx, func() error {
+		octx, cancel := st.op(ctx)
 		defer cancel()
 		var err error
-		id, err = insert(ctx, st.pool, r)
+		if resubmitOf != 0 {
+			id, err = resubmit(octx, st.pool, r, resubmitOf)
+		} else {
+			id, err = insert(octx, st.pool, r)
+		}
 		return err
 	})
-	return id, wrapKeep(err)
-}
-
-// Resubmit stores r, a copy of record old, and marks old as resubmitted, in
-// one transaction that locks old first: of two resubmits at once, one
-// queues a copy.
-func (st *store) Resubmit(r *queue.Record, old queue.ID) (queue.ID, error) {
-	var id queue.ID
-	err := retry(func() error {
-		ctx, cancel := st.op()
-		defer cancel()
-		var err error
-		id, err = resubmit(ctx, st.pool, r, old)
-		return err
-	})
-	return id, wrapKeep(err)
+	return id, st.wrapKeep(ctx, err)
 }
 
 func resubmit(ctx context.Context, db Beginner, r *queue.Record, old queue.ID) (queue.ID, error) {
@@ -148,11 +140,11 @@ func insert(ctx context.Context, db querier, r *queue.Record) (queue.ID, error) 
 }
 
 // wrapKeep is wrap for errors the queue hands its caller as they are.
-func wrapKeep(err error) error {
+func (st *store) wrapKeep(ctx context.Context, err error) error {
 	for _, e := range []error{queue.ErrKeyInUse, queue.ErrNotResubmittable, queue.ErrDamaged} {
 		if errors.Is(err, e) {
 			return err
 		}
 	}
-	return wrap(err)
+	return st.wrap(ctx, err)
 }

@@ -1,6 +1,7 @@
 package pgqueue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,9 +15,9 @@ import (
 
 // TakeDue takes the lane that fell due first and is held by no live lease,
 // skipping lanes whose rows others have locked and lanes a worker of this
-// store holds until it releases them, and writes a fresh lease token into
-// it. With no lane to take it says how long until the next one is due. Every
-// call also measures the database's clock (see Now).
+// store holds until SetNext gives them back, and writes a fresh lease token
+// into it. With no lane to take it says how long until the next one is due.
+// Every call also measures the database's clock (see Clock).
 //
 // A lane whose lease ran out while a worker of this store still works on it
 // is left to the other replicas: the store keeps one token per lane, and a
@@ -28,7 +29,7 @@ import (
 // (ErrTablesNewer): the version is read in the statement that takes, so
 // from the commit of a newer replica's migration on, which may change how
 // lanes are ordered, this replica drains nothing more.
-func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
+func (st *store) TakeDue(ctx context.Context, _ time.Time) (string, bool, time.Duration, error) {
 	token := uuid.New()
 	busy := st.busy()
 	var (
@@ -39,10 +40,10 @@ func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 		sent    = time.Now()
 		leaseUS = st.lease.Microseconds()
 	)
-	err := retry(func() error {
-		ctx, cancel := st.op()
+	err := retry(ctx, func() error {
+		octx, cancel := st.op(ctx)
 		defer cancel()
-		return st.pool.QueryRow(ctx, `WITH v AS (
+		return st.pool.QueryRow(octx, `WITH v AS (
 				SELECT coalesce(max(version), 0) AS version FROM idem_queue_migrations
 			), c AS (
 				SELECT name FROM idem_queue_lanes
@@ -60,7 +61,7 @@ func (st *store) TakeDue(time.Time) (string, bool, time.Duration, error) {
 				clock_timestamp(), (SELECT version FROM v)`, token, leaseUS, busy, st.known).Scan(&name, &next, &db, &version)
 	})
 	if err != nil {
-		return "", false, 0, wrap(err)
+		return "", false, 0, st.wrap(ctx, err)
 	}
 	st.measure(sent, time.Now(), db)
 	if version > st.known {
@@ -111,17 +112,17 @@ func (st *store) owner(lane string) (taken, bool) {
 // decode is quarantined (queue.Quarantined) and returned with the others
 // quarantined on the way, unless it is of a newer version than this build
 // reads: that one is left for a newer replica, and Head gives the error.
-func (st *store) Head(lane string) (*queue.Record, []*queue.Record, error) {
+func (st *store) Head(ctx context.Context, lane string) (*queue.Record, []*queue.Record, error) {
 	var quarantined []*queue.Record
 	for {
-		r, data, err := st.head(lane)
+		r, data, err := st.head(ctx, lane)
 		switch {
 		case data == nil:
 			return r, quarantined, err
 		case errors.Is(err, queue.ErrNewerVersion):
 			return nil, quarantined, fmt.Errorf("record %d: %w", r.ID, err)
 		}
-		q, err := st.quarantine(lane, r, data, err)
+		q, err := st.quarantine(ctx, lane, r, data, err)
 		if err != nil {
 			return nil, quarantined, err
 		}
@@ -132,18 +133,18 @@ func (st *store) Head(lane string) (*queue.Record, []*queue.Record, error) {
 // quarantine stores, in place of the record head found at the head of a
 // lane this replica holds, what queue.Quarantined makes of its bytes data,
 // which failed to decode with cause; fenced like every write (see write).
-func (st *store) quarantine(lane string, head *queue.Record, data []byte, cause error) (*queue.Record, error) {
+func (st *store) quarantine(ctx context.Context, lane string, head *queue.Record, data []byte, cause error) (*queue.Record, error) {
 	t, ok := st.owner(lane)
 	if !ok {
 		return nil, fmt.Errorf("%w: record %d: lane %q is not held", queue.ErrMovedOn, head.ID, lane)
 	}
-	q := queue.Quarantined(head.ID, data, cause, st.Now())
+	q := queue.Quarantined(head.ID, data, cause, st.now())
 	q.EnqueuedAt = head.EnqueuedAt
 	b, err := q.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
-	n, err := st.exec(`WITH l AS (SELECT name FROM idem_queue_lanes WHERE name = $4 AND owner = $5 FOR UPDATE)
+	n, err := st.exec(ctx, `WITH l AS (SELECT name FROM idem_queue_lanes WHERE name = $4 AND owner = $5 FOR UPDATE)
 		UPDATE idem_queue_records r SET state = $2, record = $3, settled_at = $6
 		FROM l WHERE r.id = $1 AND r.state <= 2`, int64(q.ID), int16(q.State), b, lane, t.token, q.SettledAt)
 	if err != nil {
@@ -160,12 +161,12 @@ func (st *store) quarantine(lane string, head *queue.Record, data []byte, cause 
 // stored bytes in data, and the decoding error, wrapping queue.ErrDamaged.
 // Tables newer than this build knows give ErrTablesNewer: the head it
 // would find by its own rules may not be the lane's (see TakeDue).
-func (st *store) head(lane string) (r *queue.Record, data []byte, err error) {
+func (st *store) head(ctx context.Context, lane string) (r *queue.Record, data []byte, err error) {
 	t, ok := st.owner(lane)
 	if !ok {
 		return nil, nil, nil
 	}
-	ctx, cancel := st.op()
+	octx, cancel := st.op(ctx)
 	defer cancel()
 	var (
 		tail     int64
@@ -173,7 +174,7 @@ func (st *store) head(lane string) (r *queue.Record, data []byte, err error) {
 		enqueued *time.Time
 		version  int
 	)
-	err = st.pool.QueryRow(ctx, `SELECT l.tail, r.id, r.enqueued_at, r.record,
+	err = st.pool.QueryRow(octx, `SELECT l.tail, r.id, r.enqueued_at, r.record,
 			(SELECT coalesce(max(version), 0) FROM idem_queue_migrations) FROM idem_queue_lanes l
 		LEFT JOIN LATERAL (
 			SELECT id, enqueued_at, record FROM idem_queue_records
@@ -184,7 +185,7 @@ func (st *store) head(lane string) (r *queue.Record, data []byte, err error) {
 		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, wrap(err)
+		return nil, nil, st.wrap(ctx, err)
 	}
 	if version > st.known {
 		return nil, nil, st.tooNew(version)
@@ -204,23 +205,18 @@ func (st *store) head(lane string) (r *queue.Record, data []byte, err error) {
 	return r, nil, nil
 }
 
-// Lease stores r in flight and renews the lane's lease for its attempt, if
-// the lane is still this replica's and r still pending.
-func (st *store) Lease(r *queue.Record) error {
-	return st.write(queue.Pending, r, true)
+// Put stores r over its stored self in state old, if the lane is still
+// this replica's. A lease (r in flight, from pending) also renews the
+// lane's lease for the attempt.
+func (st *store) Put(ctx context.Context, old queue.State, r *queue.Record) error {
+	return st.write(ctx, old, r, old == queue.Pending && r.State == queue.InFlight)
 }
 
-// Commit stores r over its stored self in state old, if the lane is still
-// this replica's.
-func (st *store) Commit(old queue.State, r *queue.Record) error {
-	return st.write(old, r, false)
-}
-
-// write is Lease (renew) and Commit. The lane row is locked and its token
+// write is Put, renew for a lease. The lane row is locked and its token
 // checked in the statement that writes the record: a takeover, which writes
 // the row, either comes before (the token differs: nothing is written) or
 // waits until this write commits.
-func (st *store) write(old queue.State, r *queue.Record, renew bool) error {
+func (st *store) write(ctx context.Context, old queue.State, r *queue.Record, renew bool) error {
 	lane := r.Intent.Lane()
 	t, ok := st.owner(lane)
 	if !ok {
@@ -250,7 +246,7 @@ func (st *store) write(old queue.State, r *queue.Record, renew bool) error {
 	}
 	// A settle is announced to the other replicas by the row it writes, so
 	// only if it was written, and at commit.
-	n, err := st.exec(`WITH l AS (`+lock+`)
+	n, err := st.exec(ctx, `WITH l AS (`+lock+`)
 		UPDATE idem_queue_records r SET state = $2, record = $3, settled_at = $4
 		FROM l WHERE r.id = $1 AND r.state = $7
 		RETURNING CASE WHEN $8::text IS NOT NULL THEN pg_notify('idem_queue_settled', $8) END`, args...)
@@ -267,52 +263,54 @@ func (st *store) write(old queue.State, r *queue.Record, renew bool) error {
 // lane whose last position has not moved since Head looked is parked at
 // 'infinity' until a producer's commit makes it due again (see the trigger
 // idem_queue_place). The position is checked in the row being written, so a
-// producer's commit racing this write is never missed. This store takes the
-// lane again only after Release.
-func (st *store) SetNext(lane string, next time.Time) error {
+// producer's commit racing this write is never missed. Whatever the write
+// gives, this store's workers may take the lane again (see TakeDue): it
+// forgets its token, and a lane whose write failed is the other replicas'
+// once the lease runs out.
+func (st *store) SetNext(ctx context.Context, lane string, next time.Time) error {
 	t, ok := st.owner(lane)
 	if !ok {
 		return nil
 	}
-	_, err := st.exec(`UPDATE idem_queue_lanes
+	defer st.release(lane)
+	_, err := st.exec(ctx, `UPDATE idem_queue_lanes
 		SET next_at = CASE WHEN $3 AND tail = $4 THEN 'infinity'::timestamptz ELSE $5::timestamptz END, owner = NULL, lease_until = NULL
 		WHERE name = $1 AND owner = $2`, lane, t.token, t.empty, t.tail, next)
 	return err
 }
 
-// Release gives the lane back to this store's workers (see TakeDue): its
-// worker is done with it, and forgets its token.
-func (st *store) Release(lane string) {
+// release forgets this store's token for a lane its worker is done with.
+func (st *store) release(lane string) {
 	st.mu.Lock()
 	delete(st.owned, lane)
 	st.mu.Unlock()
 }
 
-// Hold keeps a lane this replica holds out of every replica's schedule
-// until Wake.
-func (st *store) Hold(lane string) error {
-	t, ok := st.owner(lane)
-	if !ok {
-		return nil
+// Schedule changes every replica's schedule: HoldLane keeps a lane this
+// replica holds out of it until WakeLanes, which ends every hold, makes
+// every lane with records that no replica holds due now and wakes the
+// other replicas; RejudgeLanes makes every lane with records that no
+// replica holds due now. The times are the database's.
+func (st *store) Schedule(ctx context.Context, op queue.LaneOp, lane string, _ time.Time) error {
+	var err error
+	switch op {
+	case queue.HoldLane:
+		t, ok := st.owner(lane)
+		if !ok {
+			return nil
+		}
+		_, err = st.exec(ctx, "UPDATE idem_queue_lanes SET held = true WHERE name = $1 AND owner = $2", lane, t.token)
+	case queue.WakeLanes:
+		_, err = st.exec(ctx, `WITH w AS (
+				UPDATE idem_queue_lanes SET held = false, next_at = now()
+				WHERE next_at <> 'infinity' AND (held OR (owner IS NULL AND next_at > now()))
+			)
+			SELECT pg_notify('idem_queue', '')`)
+	case queue.RejudgeLanes:
+		_, err = st.exec(ctx, `UPDATE idem_queue_lanes SET next_at = now()
+			WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at <> 'infinity'`)
+	default:
+		err = fmt.Errorf("pgqueue: Schedule: unknown operation %v", op)
 	}
-	_, err := st.exec("UPDATE idem_queue_lanes SET held = true WHERE name = $1 AND owner = $2", lane, t.token)
-	return err
-}
-
-// Wake ends every hold and makes every lane with records that no replica
-// holds due now, and wakes the other replicas.
-func (st *store) Wake(time.Time) error {
-	_, err := st.exec(`WITH w AS (
-			UPDATE idem_queue_lanes SET held = false, next_at = now()
-			WHERE next_at <> 'infinity' AND (held OR (owner IS NULL AND next_at > now()))
-		)
-		SELECT pg_notify('idem_queue', '')`)
-	return err
-}
-
-// Rejudge makes every lane with records that no replica holds due now.
-func (st *store) Rejudge(time.Time) error {
-	_, err := st.exec(`UPDATE idem_queue_lanes SET next_at = now()
-		WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at <> 'infinity'`)
 	return err
 }

@@ -26,12 +26,12 @@ func TestOneWorkerPerLaneInAReplica(t *testing.T) {
 	id := enqueue(t, st, "acct-1")
 
 	r := take(t, st, "acct-1") // worker A
-	r.State, r.NumAttempts, r.FirstSentAt = queue.InFlight, 1, st.Now()
-	require.NoError(t, st.Lease(r))
+	r.State, r.NumAttempts, r.FirstSentAt = queue.InFlight, 1, st.now()
+	require.NoError(t, st.Put(context.Background(), queue.Pending, r))
 	enqueue(t, st, "acct-2")
 	expire(t, pool)
 
-	lane, ok, _, err := st.TakeDue(time.Time{}) // worker B
+	lane, ok, _, err := st.TakeDue(context.Background(), time.Time{}) // worker B
 	require.NoError(t, err)
 	require.True(t, ok, "worker B finds no lane: acct-2 is due")
 	assert.Equal(t, "acct-2", lane, "worker B took the lane worker A of its replica still holds")
@@ -39,13 +39,12 @@ func TestOneWorkerPerLaneInAReplica(t *testing.T) {
 	h := take(t, other, "acct-1")
 	assert.Equal(t, id, h.ID)
 	late := *r
-	late.State, late.Outcome, late.SettledAt = queue.Done, idem.Applied, st.Now()
-	assert.ErrorIs(t, st.Commit(queue.InFlight, &late), queue.ErrMovedOn, "worker A's late settle")
-	require.NoError(t, st.Hold("acct-1"))
-	require.NoError(t, st.SetNext("acct-1", st.Now().Add(time.Hour)))
-	st.Release("acct-1")
+	late.State, late.Outcome, late.SettledAt = queue.Done, idem.Applied, st.now()
+	assert.ErrorIs(t, st.Put(context.Background(), queue.InFlight, &late), queue.ErrMovedOn, "worker A's late settle")
+	require.NoError(t, st.Schedule(context.Background(), queue.HoldLane, "acct-1", time.Time{}))
+	require.NoError(t, st.SetNext(context.Background(), "acct-1", st.now().Add(time.Hour)))
 
-	stored, err := st.Get(id)
+	stored, err := st.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, queue.InFlight, stored.State, "worker A's late settle must not land")
 	var held, owned bool

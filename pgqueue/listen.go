@@ -9,7 +9,7 @@ import (
 )
 
 // settleBuffer is how many settles of other replicas a store keeps for its
-// Queue to read (see queue.Store.Settles); more are dropped.
+// Queue to read (see queue.StoreInfo.Settles); more are dropped.
 const settleBuffer = 1024
 
 // listen holds one connection in LISTEN on the queue's channels and turns
@@ -71,15 +71,6 @@ func (st *store) heardSettle(payload string) {
 	case st.settles <- queue.ID(n):
 	default:
 	}
-}
-
-// Settles returns the IDs of records other replicas settled, as LISTEN
-// hears them; nil with Options.NoListen.
-func (st *store) Settles() <-chan queue.ID {
-	if st.opts.NoListen {
-		return nil
-	}
-	return st.settles
 }
 
 // poke sends a wake-up without blocking: one pending is enough.

@@ -108,7 +108,7 @@ func openKnowing(ctx context.Context, pool *pgxpool.Pool, opts Options, known in
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	st := &store{
-		pool: pool, opts: opts, lease: timeout + opts.LeaseMargin, known: known,
+		pool: pool, opts: opts, location: location(pool), lease: timeout + opts.LeaseMargin, known: known,
 		wake: make(chan struct{}, 1), owned: map[string]taken{},
 		settles: make(chan queue.ID, settleBuffer), self: uuid.NewString(),
 		ctx: sctx, cancel: cancel, done: make(chan struct{}),
@@ -118,6 +118,12 @@ func openKnowing(ctx context.Context, pool *pgxpool.Pool, opts Options, known in
 		return nil, fmt.Errorf("pgqueue: %w", err)
 	}
 	return st, nil
+}
+
+// location names pool's database and the records' table.
+func location(pool *pgxpool.Pool) string {
+	c := pool.Config().ConnConfig
+	return fmt.Sprintf("postgres://%s/%s (idem_queue_records)", c.Host, c.Database)
 }
 
 // checkPoolSize refuses a pool too small to listen on and drain at once.

@@ -22,11 +22,13 @@ import (
 // and checks the token in the same statement, so a replica whose lease ran
 // out and whose lane was taken over changes nothing (queue.ErrMovedOn).
 type store struct {
-	pool  *pgxpool.Pool
-	opts  Options
-	lease time.Duration // how long a taken lane stays this replica's
-	known int           // the newest version of the tables this build knows
-	wake  chan struct{} // LISTEN's wake-ups; never ready without LISTEN
+	pool *pgxpool.Pool
+	// location names the database and table (queue.StoreInfo.Location).
+	location string
+	opts     Options
+	lease    time.Duration // how long a taken lane stays this replica's
+	known    int           // the newest version of the tables this build knows
+	wake     chan struct{} // LISTEN's wake-ups; never ready without LISTEN
 	// settles carries the IDs of records other replicas settled, as
 	// LISTEN hears them; never ready without LISTEN.
 	settles chan queue.ID
@@ -44,10 +46,12 @@ type store struct {
 
 	mu sync.Mutex // guards owned and closed
 	// owned holds the lanes this store's workers took, from TakeDue to
-	// Release: one lease per lane, so the lane's entry is its lease's.
+	// SetNext: one lease per lane, so the lane's entry is its lease's.
 	owned  map[string]taken
 	closed bool
 }
+
+var _ queue.Store = (*store)(nil)
 
 // taken is what a replica knows of a lane it took.
 type taken struct {
@@ -56,18 +60,43 @@ type taken struct {
 	empty bool  // Head found no unsettled record
 }
 
-// opTimeout bounds each statement a store runs for the queue.
+// opTimeout bounds a statement whose context has no deadline: the
+// drainer's own calls (the queue gives them Run's context without its
+// cancellation, see queue.Store), and a caller's that sets none. A caller's
+// deadline replaces it, longer or shorter: the caller's context is the
+// bound.
 const opTimeout = 30 * time.Second
 
-// op returns a context for one statement.
-func (st *store) op() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(st.ctx, opTimeout)
+// op returns the context of one statement of a call given ctx: ctx, bounded
+// by opTimeout if it has no deadline, and ended also when the store closes.
+func (st *store) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	var cancel context.CancelFunc
+	if _, ok := ctx.Deadline(); ok {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, opTimeout)
+	}
+	stop := context.AfterFunc(st.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }
 
-// Now reads the database's clock: the local clock moved by the lead the
+// Clock reads the database's clock: the local clock moved by the lead the
 // database's had at the last measure, so that the horizon, FirstSentAt and
-// every schedule are judged by one clock for all replicas.
-func (st *store) Now() time.Time { return time.Now().Add(time.Duration(st.skew.Load())) }
+// every schedule are judged by one clock for all replicas. It keeps no mark:
+// the database's clock is the one clock, and no replica's reading is kept to
+// judge another's by.
+func (st *store) Clock() (now, mark time.Time) {
+	return time.Now().Add(time.Duration(st.skew.Load())), time.Time{}
+}
+
+// now is Clock's now.
+func (st *store) now() time.Time {
+	now, _ := st.Clock()
+	return now
+}
 
 // measure sets skew from a reading db of the database's clock taken between
 // sent and got on the local one.
@@ -95,37 +124,48 @@ func retryable(err error) bool {
 }
 
 // retry runs fn until it ends other than by a retryable abort, at most five
-// times.
-func retry(fn func() error) error {
+// times, or until ctx ends.
+func retry(ctx context.Context, fn func() error) error {
 	var err error
 	for i := range 5 {
 		if err = fn(); !retryable(err) {
 			return err
 		}
-		time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
+		t := time.NewTimer(time.Duration(i+1) * 5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 	}
 	return err
 }
 
-// exec runs one statement with retries and returns the rows it touched.
-func (st *store) exec(sql string, args ...any) (int64, error) {
+// exec runs one statement, for a call given ctx, with retries and returns
+// the rows it touched.
+func (st *store) exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	var n int64
-	err := retry(func() error {
-		ctx, cancel := st.op()
+	err := retry(ctx, func() error {
+		octx, cancel := st.op(ctx)
 		defer cancel()
-		tag, err := st.pool.Exec(ctx, sql, args...)
+		tag, err := st.pool.Exec(octx, sql, args...)
 		n = tag.RowsAffected()
 		return err
 	})
-	return n, wrap(err)
+	return n, st.wrap(ctx, err)
 }
 
-// wrap makes a closed store's errors queue.ErrClosed.
-func wrap(err error) error {
-	if err == nil {
+// wrap gives the error of a call given ctx: one wrapping ctx's error when
+// ctx ended (the statement was given up for it), queue.ErrClosed when the
+// store closed under it, the database's otherwise.
+func (st *store) wrap(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
 		return nil
-	}
-	if errors.Is(err, context.Canceled) {
+	case ctx.Err() != nil:
+		return fmt.Errorf("pgqueue: %w: %w", ctx.Err(), err)
+	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%w: %v", queue.ErrClosed, err)
 	}
 	return fmt.Errorf("pgqueue: %w", err)
@@ -157,73 +197,70 @@ func decode(id int64, enqueued time.Time, data []byte) (*queue.Record, error) {
 const recordColumns = "id, enqueued_at, record"
 
 // Get returns record id.
-func (st *store) Get(id queue.ID) (*queue.Record, error) {
-	ctx, cancel := st.op()
+func (st *store) Get(ctx context.Context, id queue.ID) (*queue.Record, error) {
+	octx, cancel := st.op(ctx)
 	defer cancel()
-	r, err := scanRecord(st.pool.QueryRow(ctx, "SELECT "+recordColumns+" FROM idem_queue_records WHERE id = $1", int64(id)))
+	r, err := scanRecord(st.pool.QueryRow(octx, "SELECT "+recordColumns+" FROM idem_queue_records WHERE id = $1", int64(id)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %d", queue.ErrNotFound, id)
 	}
-	return r, wrap(err)
+	return r, st.wrap(ctx, err)
 }
 
 // List returns up to limit records in state s (every state for 0) after
 // ID after, in ID order.
-func (st *store) List(s queue.State, after queue.ID, limit int) ([]*queue.Record, error) {
-	ctx, cancel := st.op()
+func (st *store) List(ctx context.Context, s queue.State, after queue.ID, limit int) ([]*queue.Record, error) {
+	octx, cancel := st.op(ctx)
 	defer cancel()
-	rows, err := st.pool.Query(ctx, "SELECT "+recordColumns+` FROM idem_queue_records
+	rows, err := st.pool.Query(octx, "SELECT "+recordColumns+` FROM idem_queue_records
 		WHERE ($1 = 0 OR state = $1) AND id > $2 ORDER BY id LIMIT $3`, int16(s), int64(after), limit)
 	if err != nil {
-		return nil, wrap(err)
+		return nil, st.wrap(ctx, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*queue.Record, error) { return scanRecord(row) })
-	return out, wrap(err)
+	return out, st.wrap(ctx, err)
 }
 
-// Counts counts the records in each state.
-func (st *store) Counts() (map[queue.State]int, error) {
-	ctx, cancel := st.op()
+// Stats counts the records in each state and reads the oldest unsettled
+// one's enqueue time, in one statement.
+func (st *store) Stats(ctx context.Context) (queue.StoreStats, error) {
+	octx, cancel := st.op(ctx)
 	defer cancel()
-	rows, err := st.pool.Query(ctx, "SELECT state, count(*) FROM idem_queue_records GROUP BY state")
+	rows, err := st.pool.Query(octx, `SELECT state, count(*), min(enqueued_at) FILTER (WHERE state <= 2)
+		FROM idem_queue_records GROUP BY state`)
 	if err != nil {
-		return nil, wrap(err)
+		return queue.StoreStats{}, st.wrap(ctx, err)
 	}
-	out := map[queue.State]int{queue.Pending: 0, queue.InFlight: 0, queue.Done: 0, queue.Failed: 0, queue.Expired: 0}
+	out := queue.StoreStats{Counts: map[queue.State]int{}}
 	var (
-		s int16
-		n int
+		s      int16
+		n      int
+		oldest *time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&s, &n}, func() error {
-		out[queue.State(s)] = n
+	_, err = pgx.ForEachRow(rows, []any{&s, &n, &oldest}, func() error {
+		out.Counts[queue.State(s)] = n
+		if oldest != nil && (out.OldestUnsettled.IsZero() || oldest.Before(out.OldestUnsettled)) {
+			out.OldestUnsettled = *oldest
+		}
 		return nil
 	})
-	return out, wrap(err)
-}
-
-// OldestUnsettled returns when the oldest unsettled record was enqueued.
-func (st *store) OldestUnsettled() (time.Time, error) {
-	ctx, cancel := st.op()
-	defer cancel()
-	var t *time.Time
-	err := st.pool.QueryRow(ctx, "SELECT min(enqueued_at) FROM idem_queue_records WHERE state <= 2").Scan(&t)
-	if err != nil || t == nil {
-		return time.Time{}, wrap(err)
+	if err != nil {
+		return queue.StoreStats{}, st.wrap(ctx, err)
 	}
-	return *t, nil
+	return out, nil
 }
 
 // Discard removes record id unless it is in flight.
-func (st *store) Discard(id queue.ID) error {
-	ctx, cancel := st.op()
+func (st *store) Discard(ctx context.Context, id queue.ID) error {
+	octx, cancel := st.op(ctx)
 	defer cancel()
 	var state *int16
-	err := st.pool.QueryRow(ctx, `WITH d AS (DELETE FROM idem_queue_records WHERE id = $1 AND state <> 2 RETURNING id)
+	err := st.pool.QueryRow(octx, `WITH d AS (DELETE FROM idem_queue_records WHERE id = $1 AND state <> 2 RETURNING id)
 		SELECT CASE WHEN EXISTS (SELECT 1 FROM d) THEN 0 ELSE (SELECT state FROM idem_queue_records WHERE id = $1) END`,
 		int64(id)).Scan(&state)
 	switch {
 	case err != nil:
-		return wrap(err)
+		return st.wrap(ctx, err)
 	case state == nil:
 		return fmt.Errorf("%w: %d", queue.ErrNotFound, id)
 	case *state == int16(queue.InFlight):
@@ -232,27 +269,24 @@ func (st *store) Discard(id queue.ID) error {
 	return nil
 }
 
-// Mark returns the zero Time: the database's clock is the one clock, and
-// no replica's reading is kept to judge another's by.
-func (st *store) Mark() time.Time { return time.Time{} }
+// ResetMark does nothing: there is no mark (see Clock).
+func (st *store) ResetMark(context.Context, time.Time) (time.Time, error) { return time.Time{}, nil }
 
-// ResetMark does nothing: there is no mark (see Mark).
-func (st *store) ResetMark(time.Time) (time.Time, error) { return time.Time{}, nil }
-
-// TakeDamaged returns nothing: a damaged record is found when read.
-func (st *store) TakeDamaged() []*queue.Record { return nil }
-
-// Location names the database and table.
-func (st *store) Location() string {
-	c := st.pool.Config().ConnConfig
-	return fmt.Sprintf("postgres://%s/%s (idem_queue_records)", c.Host, c.Database)
+// Info describes the store: the database and table, shared by the replicas
+// and producers, with the wake-ups and settles LISTEN hears (none with
+// Options.NoListen). It has no damaged records to give: a damaged record is
+// found when read.
+func (st *store) Info() queue.StoreInfo {
+	i := queue.StoreInfo{
+		Location: st.location,
+		Shared:   true,
+		Wakeups:  st.wake,
+	}
+	if !st.opts.NoListen {
+		i.Settles = st.settles
+	}
+	return i
 }
-
-// Wakeups receives the wake-ups other replicas and producers send.
-func (st *store) Wakeups() <-chan struct{} { return st.wake }
-
-// Shared is true: replicas and producers share the table.
-func (st *store) Shared() bool { return true }
 
 // Close stops the listener; the pool is the caller's and stays open.
 func (st *store) Close() error {

@@ -42,9 +42,9 @@ func enqueue(t *testing.T, st *store, lane string) queue.ID {
 	t.Helper()
 	in, err := idem.NewIntent("POST", "http://127.0.0.1:1/pay", []byte("{}"), idem.WithLane(lane))
 	require.NoError(t, err)
-	r, err := queue.NewRecord(in, st.Now())
+	r, err := queue.NewRecord(in, st.now())
 	require.NoError(t, err)
-	id, err := st.Insert(r)
+	id, err := st.Insert(context.Background(), r, 0)
 	require.NoError(t, err)
 	return id
 }
@@ -53,11 +53,11 @@ func enqueue(t *testing.T, st *store, lane string) queue.ID {
 // nil for an empty lane.
 func takeHead(t *testing.T, st *store, lane string) *queue.Record {
 	t.Helper()
-	got, ok, _, err := st.TakeDue(time.Time{})
+	got, ok, _, err := st.TakeDue(context.Background(), time.Time{})
 	require.NoError(t, err)
 	require.True(t, ok, "no lane due")
 	require.Equal(t, lane, got)
-	r, _, err := st.Head(lane)
+	r, _, err := st.Head(context.Background(), lane)
 	require.NoError(t, err)
 	return r
 }
@@ -74,18 +74,16 @@ func take(t *testing.T, st *store, lane string) *queue.Record {
 func settle(t *testing.T, st *store, r *queue.Record) {
 	t.Helper()
 	old := r.State
-	r.State, r.Outcome, r.SettledAt = queue.Done, idem.Applied, st.Now()
-	require.NoError(t, st.Commit(old, r))
-	require.NoError(t, st.SetNext(r.Intent.Lane(), time.Time{}))
-	st.Release(r.Intent.Lane())
+	r.State, r.Outcome, r.SettledAt = queue.Done, idem.Applied, st.now()
+	require.NoError(t, st.Put(context.Background(), old, r))
+	require.NoError(t, st.SetNext(context.Background(), r.Intent.Lane(), time.Time{}))
 }
 
 // park takes lane, finds it empty and gives it back, as a drainer does.
 func park(t *testing.T, st *store, lane string) {
 	t.Helper()
 	require.Nil(t, takeHead(t, st, lane))
-	require.NoError(t, st.SetNext(lane, time.Time{}))
-	st.Release(lane)
+	require.NoError(t, st.SetNext(context.Background(), lane, time.Time{}))
 }
 
 // expire ends every lease now, as the death of their holder would once
@@ -107,10 +105,10 @@ func TestTakeoverFencesTheStaleOwner(t *testing.T) {
 	id := enqueue(t, a, "acct-1")
 
 	r := take(t, a, "acct-1")
-	r.State, r.NumAttempts, r.FirstSentAt = queue.InFlight, 1, a.Now()
-	require.NoError(t, a.Lease(r))
+	r.State, r.NumAttempts, r.FirstSentAt = queue.InFlight, 1, a.now()
+	require.NoError(t, a.Put(context.Background(), queue.Pending, r))
 
-	_, ok, _, err := b.TakeDue(time.Time{})
+	_, ok, _, err := b.TakeDue(context.Background(), time.Time{})
 	require.NoError(t, err)
 	assert.False(t, ok, "a live lease must keep the lane from another replica")
 
@@ -121,12 +119,12 @@ func TestTakeoverFencesTheStaleOwner(t *testing.T) {
 	assert.Equal(t, 1, h.NumAttempts)
 
 	late := *r
-	late.State, late.Outcome, late.SettledAt = queue.Done, idem.Applied, a.Now()
-	assert.ErrorIs(t, a.Commit(queue.InFlight, &late), queue.ErrMovedOn)
-	require.NoError(t, a.Hold("acct-1"))
-	require.NoError(t, a.SetNext("acct-1", a.Now().Add(time.Hour)))
+	late.State, late.Outcome, late.SettledAt = queue.Done, idem.Applied, a.now()
+	assert.ErrorIs(t, a.Put(context.Background(), queue.InFlight, &late), queue.ErrMovedOn)
+	require.NoError(t, a.Schedule(context.Background(), queue.HoldLane, "acct-1", time.Time{}))
+	require.NoError(t, a.SetNext(context.Background(), "acct-1", a.now().Add(time.Hour)))
 
-	stored, err := b.Get(id)
+	stored, err := b.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, queue.InFlight, stored.State, "a stale owner's settle must not land")
 	var held bool
@@ -137,9 +135,9 @@ func TestTakeoverFencesTheStaleOwner(t *testing.T) {
 	require.NotNil(t, owner, "a stale owner must not give back a lane it lost")
 
 	done := *h
-	done.State, done.Outcome, done.SettledAt = queue.Done, idem.Applied, b.Now()
-	require.NoError(t, b.Commit(queue.InFlight, &done))
-	stored, err = a.Get(id)
+	done.State, done.Outcome, done.SettledAt = queue.Done, idem.Applied, b.now()
+	require.NoError(t, b.Put(context.Background(), queue.InFlight, &done))
+	stored, err = a.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, queue.Done, stored.State)
 }
@@ -165,7 +163,7 @@ func TestEmptyLaneParksAndRevives(t *testing.T) {
 	settle(t, st, take(t, st, "acct-1"))
 	park(t, st, "acct-1")
 
-	got, ok, wait, err := st.TakeDue(time.Time{})
+	got, ok, wait, err := st.TakeDue(context.Background(), time.Time{})
 	require.NoError(t, err)
 	require.False(t, ok, "took %q", got)
 	assert.Zero(t, wait, "a parked lane is not due at any time")
@@ -189,8 +187,7 @@ func TestRecordDuringTheEmptyLook(t *testing.T) {
 
 	require.Nil(t, takeHead(t, st, "acct-1"))
 	id := enqueue(t, replica(t, pool, Options{}), "acct-1") // another replica's producer
-	require.NoError(t, st.SetNext("acct-1", time.Time{}))
-	st.Release("acct-1")
+	require.NoError(t, st.SetNext(context.Background(), "acct-1", time.Time{}))
 
 	assert.Equal(t, id, take(t, st, "acct-1").ID, "the record enqueued meanwhile must not be left behind a parked lane")
 }
@@ -208,11 +205,11 @@ func TestSweep(t *testing.T) {
 	_, err := pool.Exec(context.Background(),
 		"UPDATE idem_queue_records SET settled_at = now() - interval '2 hours' WHERE id = $1", int64(old))
 	require.NoError(t, err)
-	require.NoError(t, st.Sweep(time.Time{}))
+	require.NoError(t, st.Sweep(context.Background(), time.Time{}))
 
-	_, err = st.Get(old)
+	_, err = st.Get(context.Background(), old)
 	assert.ErrorIs(t, err, queue.ErrNotFound)
-	_, err = st.Get(recent)
+	_, err = st.Get(context.Background(), recent)
 	assert.NoError(t, err)
 	var lanes []string
 	rows, err := pool.Query(context.Background(), "SELECT name FROM idem_queue_lanes ORDER BY name")
@@ -241,16 +238,16 @@ func TestDamagedHeadQuarantined(t *testing.T) {
 		WHERE id = $1`, int64(damaged)) // the checksum's last byte
 	require.NoError(t, err)
 
-	lane, ok, _, err := st.TakeDue(time.Time{})
+	lane, ok, _, err := st.TakeDue(context.Background(), time.Time{})
 	require.NoError(t, err)
 	require.True(t, ok)
-	h, quarantined, err := st.Head(lane)
+	h, quarantined, err := st.Head(context.Background(), lane)
 	require.NoError(t, err)
 	require.NotNil(t, h)
 	assert.Equal(t, next, h.ID, "the lane moves on")
 	require.Len(t, quarantined, 1)
 	assert.Equal(t, damaged, quarantined[0].ID)
-	stored, err := st.Get(damaged)
+	stored, err := st.Get(context.Background(), damaged)
 	require.NoError(t, err)
 	assert.True(t, stored.Damaged)
 	assert.Equal(t, queue.Failed, stored.State)
@@ -258,7 +255,7 @@ func TestDamagedHeadQuarantined(t *testing.T) {
 	require.NotNil(t, stored.Intent, "the intent's own checksum holds: it is kept")
 	assert.Equal(t, "acct", stored.Intent.Lane())
 	settle(t, st, h)
-	require.NoError(t, st.SetNext(lane, time.Time{}))
+	require.NoError(t, st.SetNext(context.Background(), lane, time.Time{}))
 	park(t, st, "acct")
 
 	newer := enqueue(t, st, "upgraded")
@@ -266,11 +263,11 @@ func TestDamagedHeadQuarantined(t *testing.T) {
 	require.NoError(t, err)
 	var before []byte
 	require.NoError(t, pool.QueryRow(ctx, "SELECT record FROM idem_queue_records WHERE id = $1", int64(newer)).Scan(&before))
-	lane, ok, _, err = st.TakeDue(time.Time{})
+	lane, ok, _, err = st.TakeDue(context.Background(), time.Time{})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, "upgraded", lane)
-	_, quarantined, err = st.Head(lane)
+	_, quarantined, err = st.Head(context.Background(), lane)
 	require.ErrorIs(t, err, queue.ErrNewerVersion)
 	assert.Empty(t, quarantined)
 	var after []byte

@@ -13,13 +13,13 @@ const sweepBatch = 10_000
 
 // Sweep removes records settled Options.KeepSettled ago, and lanes left
 // empty.
-func (st *store) Sweep(time.Time) error {
+func (st *store) Sweep(ctx context.Context, _ time.Time) error {
 	keep := st.opts.KeepSettled
 	if keep <= 0 {
 		keep = 7 * 24 * time.Hour // queue.DefaultKeepSettled
 	}
 	for {
-		n, err := st.exec(`DELETE FROM idem_queue_records WHERE id IN (
+		n, err := st.exec(ctx, `DELETE FROM idem_queue_records WHERE id IN (
 			SELECT id FROM idem_queue_records WHERE settled_at < now() - $1 * interval '1 microsecond' LIMIT $2)`,
 			keep.Microseconds(), sweepBatch)
 		if err != nil {
@@ -29,10 +29,10 @@ func (st *store) Sweep(time.Time) error {
 			break
 		}
 	}
-	return retry(func() error {
-		ctx, cancel := st.op()
+	return retry(ctx, func() error {
+		octx, cancel := st.op(ctx)
 		defer cancel()
-		return wrap(st.dropEmptyLanes(ctx))
+		return st.wrap(ctx, st.dropEmptyLanes(octx))
 	})
 }
 

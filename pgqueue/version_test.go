@@ -19,19 +19,19 @@ func TestNewerTablesStopTheLease(t *testing.T) {
 	old := replica(t, pool, Options{})
 	enqueue(t, old, "a")
 	enqueue(t, old, "b")
-	lane, ok, _, err := old.TakeDue(time.Time{})
+	lane, ok, _, err := old.TakeDue(context.Background(), time.Time{})
 	require.NoError(t, err)
 	require.True(t, ok)
 
 	steps := must(migrationSteps())
 	require.NoError(t, migrate(ctx, pool, append(steps, step{version: len(steps) + 1, name: "next.sql",
 		sql: "ALTER TABLE idem_queue_lanes ADD COLUMN next_build_only integer"})))
-	_, _, err = old.Head(lane)
+	_, _, err = old.Head(context.Background(), lane)
 	assert.ErrorIs(t, err, ErrTablesNewer, "Head of a lane taken before the migration")
-	_, ok, _, err = old.TakeDue(time.Time{})
+	_, ok, _, err = old.TakeDue(context.Background(), time.Time{})
 	assert.ErrorIs(t, err, ErrTablesNewer, "TakeDue")
 	assert.False(t, ok)
-	require.NoError(t, old.SetNext(lane, time.Time{}))
+	require.NoError(t, old.SetNext(context.Background(), lane, time.Time{}))
 	_, err = open(ctx, pool, Options{})
 	assert.ErrorIs(t, err, ErrTablesNewer, "open")
 
@@ -41,7 +41,7 @@ func TestNewerTablesStopTheLease(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	var took []string
 	for range 2 {
-		l, ok, _, err := st.TakeDue(time.Time{})
+		l, ok, _, err := st.TakeDue(context.Background(), time.Time{})
 		require.NoError(t, err)
 		require.True(t, ok, "a lane due")
 		took = append(took, l)

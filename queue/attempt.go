@@ -15,7 +15,7 @@ import (
 
 // workHead handles the head of a lane and returns when the lane is next due.
 func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.Time, error) {
-	r, quarantined, err := q.st.Head(name)
+	r, quarantined, err := q.st.Head(q.drainCtx, name)
 	for _, d := range quarantined {
 		q.settled(d, false)
 	}
@@ -27,14 +27,15 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 		// held the lane died: as after a crash, the attempt's end is
 		// unknown.
 		orphaned(r)
-		if err := q.st.Commit(InFlight, r); err != nil {
+		if err := q.st.Put(q.drainCtx, InFlight, r); err != nil {
 			return now, err
 		}
 	}
 	if !q.due(r, now) {
 		return r.NextAttempt, nil
 	}
-	switch v, reason := q.h.judge(r, now, q.st.Mark()); v {
+	_, mark := q.st.Clock()
+	switch v, reason := q.h.judge(r, now, mark); v {
 	case verdictHold:
 		q.holdClock(reason)
 		return now.Add(q.opts.idle), nil
@@ -57,7 +58,7 @@ func (q *Queue) workHead(ctx context.Context, name string, now time.Time) (time.
 // safe side.
 func (q *Queue) lease(r *Record, now time.Time) error {
 	markLeased(r, now)
-	return q.st.Lease(r)
+	return q.st.Put(q.drainCtx, Pending, r)
 }
 
 // markLeased marks r in flight and counts the attempt, setting FirstSentAt
@@ -109,16 +110,16 @@ const maxStreak = 16
 func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *Response, streak int) (time.Time, error) {
 	ln, ok := q.st.(leaseNexter)
 	if !ok || streak+1 >= maxStreak || ctx.Err() != nil || q.isClosing() {
-		return q.st.Now(), q.settleLeased(r, Done, o, "", res)
+		return q.now(), q.settleLeased(r, Done, o, "", res)
 	}
-	markSettled(r, Done, o, "", res, q.st.Now())
+	markSettled(r, Done, o, "", res, q.now())
 	q.mu.Lock()
 	woken := q.woken
 	q.mu.Unlock()
-	mark := q.st.Mark()
+	_, mark := q.st.Clock()
 	held := q.certHoldsNow()
-	next, err := ln.SettleLeaseNext(r, func(n *Record) bool {
-		now := q.st.Now()
+	next, err := ln.SettleLeaseNext(q.drainCtx, r, func(n *Record) bool {
+		now := q.now()
 		if !q.dueAt(n, now, woken) || held.holds(n, now) {
 			return false
 		}
@@ -129,11 +130,11 @@ func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *
 		return true
 	})
 	if err != nil {
-		return q.st.Now(), err
+		return q.now(), err
 	}
 	q.settled(r, false)
 	if next == nil {
-		return q.st.Now(), nil
+		return q.now(), nil
 	}
 	return q.sendRecord(ctx, next, streak+1)
 }
@@ -147,7 +148,7 @@ func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Tim
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	step, err := q.opts.Client.Try(actx, r.Intent, q.outcomeOf(r), timeout)
-	now := q.st.Now()
+	now := q.now()
 	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
 		r.LastError = redact.Error(err)
 		r.NumAttempts--
@@ -237,7 +238,7 @@ func (q *Queue) unauthorized(r *Record, step *idem.Step, now time.Time) (time.Ti
 		return now, err
 	}
 	err := fmt.Errorf("queue: lane %q: 401 Unauthorized with fresh credentials; held until Wake", r.Intent.Lane())
-	if err := q.st.Hold(r.Intent.Lane()); err != nil {
+	if err := q.st.Schedule(q.drainCtx, HoldLane, r.Intent.Lane(), now); err != nil {
 		return now, err
 	}
 	q.notify(Event{Kind: EventLaneHeld, Lane: r.Intent.Lane(), Err: err})
@@ -255,7 +256,7 @@ func (r *Record) unsend() {
 // requeue commits r as pending, due at next.
 func (q *Queue) requeue(r *Record, next time.Time) error {
 	r.State, r.NextAttempt, r.leaseSetFirstSent = Pending, next, false
-	return q.st.Commit(InFlight, r)
+	return q.st.Put(q.drainCtx, InFlight, r)
 }
 
 // settleLeased settles a record that is in flight.
@@ -265,8 +266,8 @@ func (q *Queue) settleLeased(r *Record, s State, o idem.Outcome, reason string, 
 
 // settle settles r, stored in state old.
 func (q *Queue) settle(r *Record, old, s State, o idem.Outcome, reason string, res *Response) error {
-	markSettled(r, s, o, reason, res, q.st.Now())
-	if err := q.st.Commit(old, r); err != nil {
+	markSettled(r, s, o, reason, res, q.now())
+	if err := q.st.Put(q.drainCtx, old, r); err != nil {
 		return err
 	}
 	q.settled(r, false)

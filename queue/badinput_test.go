@@ -53,7 +53,7 @@ func biCheckKept(t *testing.T, path string, want map[ID]*idem.Intent) {
 	require.NoError(t, err, "the queue must open again once the problem is gone")
 	defer q.Close()
 	for id, in := range want {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		if !assert.NoError(t, err, "record %d was lost", id) {
 			continue
 		}
@@ -61,7 +61,7 @@ func biCheckKept(t *testing.T, path string, want map[ID]*idem.Intent) {
 		assert.Equal(t, in.Key(), r.Intent.Key(), "record %d", id)
 		assert.Equal(t, in.Body(), r.Intent.Body(), "record %d", id)
 	}
-	counts, err := q.Counts()
+	counts, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, len(want), counts[Pending], "no record appeared or vanished")
 }

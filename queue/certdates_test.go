@@ -83,7 +83,7 @@ func TestQueueCertificateDatesHold(t *testing.T) {
 	run(t, q)
 	require.Eventually(t, func() bool { return ev.count(EventClockHeld) == 1 }, 5*time.Second, time.Millisecond)
 
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, Pending, r.State, "held, not failed")
 	assert.Zero(t, r.NumAttempts, "an attempt the clock refused is not counted")
@@ -136,7 +136,7 @@ func TestQueueCertificateDatesWake(t *testing.T) {
 	require.Eventually(t, func() bool { return ev.count(EventClockHeld) == 3 }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, int32(3), dials.Load(), "one attempt per Wake or ResetClock, none between")
 
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, Pending, r.State)
 	assert.Zero(t, r.NumAttempts)

@@ -27,14 +27,14 @@ func (q *Queue) ResetClock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	now := q.st.Now()
+	now := q.now()
 	q.mu.Lock()
 	closed := q.closed
 	q.mu.Unlock()
 	if closed {
 		return ErrClosed
 	}
-	old, err := q.st.ResetMark(now)
+	old, err := q.st.ResetMark(ctx, now)
 	if err != nil {
 		return fmt.Errorf("queue: ResetClock: %w", err)
 	}
@@ -42,7 +42,7 @@ func (q *Queue) ResetClock(ctx context.Context) error {
 	q.held = false
 	q.endCertHolds()
 	q.mu.Unlock()
-	if err := q.st.Rejudge(now); err != nil { // held lanes wait for idle; judge them now
+	if err := q.st.Schedule(ctx, RejudgeLanes, "", now); err != nil { // held lanes wait for idle; judge them now
 		q.report(err)
 	}
 	q.notify(Event{

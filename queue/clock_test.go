@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -110,7 +111,7 @@ func TestResetClockExpiresFutureFirstSent(t *testing.T) {
 	run(t, q)
 	require.Eventually(t, func() bool { return len(srv.requests()) == 1 }, 5*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		return err == nil && r.State == Pending && r.NumAttempts == 1
 	}, 5*time.Second, time.Millisecond)
 	require.NoError(t, q.Close())

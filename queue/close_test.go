@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -34,11 +35,11 @@ func TestCloseFromNotify(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a later Close did not return")
 	}
-	_, err = q.Get(id)
+	_, err = q.Get(context.Background(), id)
 	assert.ErrorIs(t, err, ErrClosed, "the queue ends closed")
 
 	q = reopen(t, path, Options{}) // the file was let go
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, Done, r.State, "the settlement Notify reported is in the file")
 }
@@ -76,12 +77,12 @@ func TestCloseFromNotifyDuringAttempts(t *testing.T) {
 	assert.ErrorIs(t, q.Close(), ErrClosed)
 
 	q = reopen(t, path, Options{})
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Zero(t, c[InFlight], "the ended attempts were recorded")
 	assert.Equal(t, 1, c[Done])
 	for _, id := range ids[1:] {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		require.NoError(t, err)
 		assert.Equal(t, Pending, r.State, "record %d", id)
 		assert.True(t, r.InDoubt, "record %d: its attempt was sent and ended unanswered", id)

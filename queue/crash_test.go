@@ -130,7 +130,7 @@ func TestCrashKillRestart(t *testing.T) {
 	q, err := queue.Open(path, queue.Options{})
 	require.NoError(t, err)
 	defer q.Close()
-	recs, err := q.List(0, 0, n+10)
+	recs, err := q.List(context.Background(), 0, 0, n+10)
 	require.NoError(t, err)
 	assert.Len(t, recs, n, "records in the file")
 	ambiguous, attempts := 0, 0
@@ -332,9 +332,9 @@ func crashCheckFile(t *testing.T, path string, run, n int) crashState {
 	q, err := queue.Open(path, queue.Options{})
 	require.NoError(t, err, "open after run %d", run)
 	defer func() { require.NoError(t, q.Close(), "close after run %d", run) }()
-	counts, err := q.Counts()
+	counts, err := q.Counts(context.Background())
 	require.NoError(t, err, "counts after run %d", run)
-	recs, err := q.List(0, 0, n+10)
+	recs, err := q.List(context.Background(), 0, 0, n+10)
 	require.NoError(t, err, "list after run %d", run)
 	require.LessOrEqual(t, len(recs), n, "records after run %d", run)
 	keys := map[string]queue.ID{}
@@ -422,7 +422,7 @@ func crashChild() int {
 		r, err := q.Wait(ctx, id)
 		switch {
 		case err != nil:
-			counts, _ := q.Counts()
+			counts, _ := q.Counts(context.Background())
 			crashFail("wait for intent %d (record %d): %v; counts %v", i, id, err, counts)
 			return crashExitSettle
 		case r.State != queue.Done:

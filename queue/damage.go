@@ -97,33 +97,6 @@ func headerID(data []byte) ID {
 	return ID(d.Uvarint(math.MaxUint64, "ID"))
 }
 
-// broke marks the store broken by cause, an error wrapping ErrDamaged:
-// nothing writes to its file again. It returns the first cause.
-func (st *boltStore) broke(cause error) error {
-	st.broken.CompareAndSwap(nil, &cause)
-	return *st.broken.Load()
-}
-
-// brokenErr returns why the store is broken, or nil.
-func (st *boltStore) brokenErr() error {
-	if p := st.broken.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// view runs fn in a read transaction. A panic inside bbolt, or a fault
-// reading its mapping, becomes ErrDamaged and breaks the store.
-func (st *boltStore) view(fn func(*bolt.Tx) error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			err = st.broke(fmt.Errorf("%w: %s: reading panicked: %v", ErrDamaged, st.path, p))
-		}
-	}()
-	return st.db.View(fn)
-}
-
 // update runs fn in db.Update, bbolt's commit included, turning a panic
 // into an error wrapping ErrDamaged and errPanicked. A panic that comes
 // from fn itself is caught by safely and is fn's own.

@@ -35,8 +35,14 @@
 // A Store answers a supplied key already held through KeyHeld, and proves
 // itself with the suite of package queuetest, which every store runs. The
 // Queue holds no lock of its own while it waits for its store, so a slow
-// store slows the calls that need it only: Wait still returns on its
-// context, and Close waits for the store calls under way, not for Wait.
+// store slows the calls that need it only. Each call's context reaches the
+// store (the drainer's calls get Run's, without its cancellation, so that
+// what an attempt did is recorded as Run stops): Enqueue, Discard and
+// Resubmit return on their context as far as the store can give up a write
+// (pgqueue can, mid-statement; a bbolt transaction cannot, so the bbolt
+// store checks the context before it starts), and the reads (Get, List,
+// Counts, OldestPending, Wait) return on theirs whatever the store does.
+// Close waits for the store calls under way, not for their callers.
 //
 // # The horizon
 //

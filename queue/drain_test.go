@@ -74,7 +74,7 @@ func TestDrainExactlyOnce(t *testing.T) {
 	assert.Equal(t, n, ev.count(EventSettled))
 	st := s.Stats()
 	assert.Greater(t, st.Replays, 0, "faults were exercised")
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, n, c[Done])
 }
@@ -148,12 +148,12 @@ func TestDrainLanes(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, Done, r.State)
 	}
-	head, err := q.Get(aIDs[0])
+	head, err := q.Get(context.Background(), aIDs[0])
 	require.NoError(t, err)
 	assert.Equal(t, Pending, head.State)
 	assert.True(t, head.NextAttempt.Equal(clk.Now().Add(time.Minute)), "Retry-After is persisted: next %v", head.NextAttempt)
 	for _, id := range aIDs[1:] {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		require.NoError(t, err)
 		assert.Equal(t, Pending, r.State, "lane a waits behind its head")
 		assert.Zero(t, r.NumAttempts)
@@ -195,13 +195,13 @@ func TestDrainOfflineThenWake(t *testing.T) {
 	run(t, q)
 	require.Eventually(t, func() bool { return ev.count(EventOffline) == 1 }, 5*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool { // attempts begun before the drainer went offline end
-		c, err := q.Counts()
+		c, err := q.Counts(context.Background())
 		return err == nil && c[InFlight] == 0
 	}, 5*time.Second, time.Millisecond)
 	waitRest(t, q, clk.Now())
 	attempts := 0
 	for _, id := range ids {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		require.NoError(t, err)
 		attempts += r.NumAttempts
 	}
@@ -211,7 +211,7 @@ func TestDrainOfflineThenWake(t *testing.T) {
 	waitRest(t, q, clk.Now())
 	after := 0
 	for _, id := range ids {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		require.NoError(t, err)
 		assert.False(t, r.NextAttempt.After(clk.Now()), "record %d is due", id)
 		after += r.NumAttempts
@@ -242,7 +242,7 @@ func TestDrainOfflineProbes(t *testing.T) {
 	require.NoError(t, err)
 	run(t, q)
 	attempts := func() int { // settled attempts only: a lease counts before its result
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		require.NoError(t, err)
 		if r.State == InFlight {
 			return -1
@@ -309,7 +309,7 @@ func TestDrainUnauthorizedHoldsLane(t *testing.T) {
 	assert.Equal(t, int32(2), authCalls.Load(), "one attempt, then one more with fresh credentials")
 	assert.Len(t, srv.requests(), 2)
 	for _, id := range []ID{id1, id2} {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		require.NoError(t, err)
 		assert.Equal(t, Pending, r.State, "a held lane keeps its records")
 	}
@@ -339,10 +339,10 @@ func TestDrainHorizon(t *testing.T) {
 	run(t, q)
 	require.Eventually(t, func() bool { return len(srv.requests()) == 1 }, 5*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		return err == nil && r.State == Pending && r.InDoubt
 	}, 5*time.Second, time.Millisecond)
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.True(t, r.FirstSentAt.Equal(sentAt))
 
@@ -398,10 +398,10 @@ func TestDrainRetryAfterHonouredUncapped(t *testing.T) {
 	require.NoError(t, err)
 	run(t, q)
 	require.Eventually(t, func() bool {
-		r, _ := q.Get(id)
+		r, _ := q.Get(context.Background(), id)
 		return r != nil && r.NumAttempts == 1 && r.State == Pending
 	}, 5*time.Second, time.Millisecond)
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.True(t, r.NextAttempt.Equal(clk.Now().Add(2*time.Hour)), "next attempt %v", r.NextAttempt)
 	clk.Add(2 * time.Hour)
@@ -436,7 +436,7 @@ func TestDrainClockBackwards(t *testing.T) {
 	clk.Add(time.Hour) // still far behind: the hold lasts
 	waitRest(t, q, clk.Now())
 	assert.Len(t, srv.requests(), 1, "no send while the clock cannot be trusted")
-	r, err := q.Get(second)
+	r, err := q.Get(context.Background(), second)
 	require.NoError(t, err)
 	assert.Zero(t, r.NumAttempts)
 
@@ -567,7 +567,7 @@ func TestCloseDuringAttempt(t *testing.T) {
 	require.NoError(t, q.Close())
 
 	q = reopen(t, path, Options{})
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, Pending, r.State)
 	assert.True(t, r.InDoubt, "the request was sent and no answer came")

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -86,13 +87,13 @@ func TestInvalidRequestRecordReadable(t *testing.T) {
 
 	check := func(q *Queue) {
 		t.Helper()
-		got, err := q.Get(bad)
+		got, err := q.Get(context.Background(), bad)
 		require.NoError(t, err, "Get")
 		assert.Equal(t, idem.ClassInvalid, got.LastClass)
-		all, err := q.List(0, 0, 10)
+		all, err := q.List(context.Background(), 0, 0, 10)
 		require.NoError(t, err, "List of every state")
 		assert.Len(t, all, 2)
-		failed, err := q.List(Failed, 0, 10)
+		failed, err := q.List(context.Background(), Failed, 0, 10)
 		require.NoError(t, err, "List(Failed)")
 		require.Len(t, failed, 1)
 		assert.Equal(t, bad, failed[0].ID)
@@ -105,7 +106,7 @@ func TestInvalidRequestRecordReadable(t *testing.T) {
 	id, err := q.Resubmit(ctx, bad)
 	require.NoError(t, err, "Resubmit")
 	assert.Greater(t, id, other)
-	require.NoError(t, q.Discard(bad), "Discard")
-	_, err = q.Get(bad)
+	require.NoError(t, q.Discard(context.Background(), bad), "Discard")
+	_, err = q.Get(context.Background(), bad)
 	assert.ErrorIs(t, err, ErrNotFound)
 }

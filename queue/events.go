@@ -122,8 +122,10 @@ func (q *Queue) relaySettles(ctx context.Context, feed <-chan ID) {
 		if !waited && !q.opts.NotifyRemote {
 			continue
 		}
-		r, err := q.st.Get(id)
+		r, err := q.st.Get(ctx, id)
 		switch {
+		case ctx.Err() != nil:
+			return
 		case errors.Is(err, ErrNotFound): // discarded or swept since
 		case err != nil:
 			q.report(err)

@@ -54,7 +54,7 @@ func TestNotifyMayCallAnything(t *testing.T) {
 		once.Do(func() {
 			var c calls
 			c.waited, _ = q.Wait(context.Background(), e.Record.ID)
-			c.listed, _ = q.List(Done, 0, 10)
+			c.listed, _ = q.List(context.Background(), Done, 0, 10)
 			c.closed = q.Close()
 			got <- c
 		})
@@ -76,7 +76,7 @@ func TestNotifyMayCallAnything(t *testing.T) {
 	assert.ErrorIs(t, q.Close(), ErrClosed, "a later Close")
 
 	q = reopen(t, path, Options{}) // the file was let go
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, Done, r.State)
 }
@@ -111,7 +111,7 @@ func TestSlowNotifyHoldsNothingBack(t *testing.T) {
 	free := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(free) // before Run's and Close's cleanups, should the test fail
 	require.Eventually(t, func() bool {
-		c, err := q.Counts()
+		c, err := q.Counts(context.Background())
 		return err == nil && c[Done] == n
 	}, 10*time.Second, time.Millisecond, "the drainer settles every record while Notify is held")
 
@@ -157,7 +157,7 @@ func TestCloseDeliversEveryEvent(t *testing.T) {
 	go q2.Run(ctx)
 	<-held
 	require.Eventually(t, func() bool {
-		c, err := q2.Counts()
+		c, err := q2.Counts(context.Background())
 		return err == nil && c[Done] == 2
 	}, 10*time.Second, time.Millisecond, "both records settle")
 
@@ -212,7 +212,7 @@ func TestRunReturnsAfterItsEvents(t *testing.T) {
 	free := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(free)
 	require.Eventually(t, func() bool {
-		c, err := q.Counts()
+		c, err := q.Counts(context.Background())
 		return err == nil && c[Done] == n
 	}, 10*time.Second, time.Millisecond)
 

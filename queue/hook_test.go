@@ -82,7 +82,7 @@ func TestQueueHookTellsWhatFollowed(t *testing.T) {
 				require.NoError(t, err)
 			} else {
 				require.Eventually(t, func() bool { return ev.count(EventLaneHeld) == 1 }, 5*time.Second, time.Millisecond)
-				r, err = q.Get(id)
+				r, err = q.Get(context.Background(), id)
 				require.NoError(t, err)
 			}
 			assert.Equal(t, tt.state, r.State, "record state")
@@ -107,7 +107,7 @@ func TestQueueHookTellsWhatFollowed(t *testing.T) {
 		run(t, q)
 		var r *Record
 		require.Eventually(t, func() bool {
-			r, err = q.Get(id)
+			r, err = q.Get(context.Background(), id)
 			return err == nil && r.State == Pending && r.NumAttempts == 1
 		}, 5*time.Second, time.Millisecond)
 		infos := log.infos()

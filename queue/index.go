@@ -2,14 +2,7 @@ package queue
 
 import (
 	"cmp"
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"runtime/debug"
 	"slices"
-	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem/internal/binenc"
 )
@@ -112,126 +105,6 @@ func (x *index) dropSettled(due []settledEntry) {
 
 func cmpSettled(a, b settledEntry) int {
 	return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.id, b.id))
-}
-
-// recover prepares a freshly opened file: it checks the layout, rebuilds the
-// index by one scan of the records, quarantines damaged records, returns
-// records left in flight by a crash to pending, and removes settled records
-// past their retention. A panic inside bbolt, which a damaged page can cause,
-// becomes ErrDamaged; the transaction then never commits, so the file is left
-// as it was.
-func (st *boltStore) recover() (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s: %v", ErrDamaged, st.path, p)
-		}
-	}()
-	now := st.opts.now()
-	txn := st.db.Update
-	if st.opts.ReadOnly {
-		txn = st.db.View
-	}
-	err = txn(func(tx *bolt.Tx) error {
-		st.idx = index{lanes: map[string]*lane{}}
-		b, err := open(tx)
-		if err != nil {
-			return err
-		}
-		switch v := getUint(b.meta, metaSchema); v {
-		case 0:
-			if b.records.Stats().KeyN > 0 {
-				return fmt.Errorf("%w: %s has records but no layout version", ErrDamaged, st.path)
-			}
-			if st.opts.ReadOnly {
-				break
-			}
-			if err := putUint(b.meta, metaSchema, schemaVersion); err != nil {
-				return err
-			}
-		case schemaVersion:
-		default:
-			return fmt.Errorf("%w: %s has layout version %d, this build reads %d", ErrDamaged, st.path, v, schemaVersion)
-		}
-		st.hwm = binenc.FromNanos(int64(getUint(b.meta, metaHWM)))
-		return st.scan(b, now)
-	})
-	if err != nil {
-		return err
-	}
-	if st.opts.ReadOnly {
-		return nil
-	}
-	for _, l := range st.idx.lanes {
-		l.nextAt = now
-		st.ready.push(l)
-	}
-	_, err = st.sweep(now)
-	return err
-}
-
-// scan rebuilds the index from the records, checking each (checkRecord).
-// A record that fails is quarantined (see quarantined): settled as failed,
-// which takes it out of its lane, and kept in st.damaged for Run to
-// report. In-flight records return to pending (see orphaned).
-func (st *boltStore) scan(b buckets, now time.Time) error {
-	var stale, damaged []*Record
-	st.damaged = nil
-	c := b.records.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if len(k) != 8 {
-			return fmt.Errorf("%w: bad record key %x", ErrDamaged, k)
-		}
-		id := ID(binary.BigEndian.Uint64(k))
-		s, settledAt, laneName, err := checkRecord(v, id)
-		var r *Record
-		if err == nil && s == InFlight {
-			r, err = decodeRecord(v) // to return it to pending
-		}
-		switch {
-		case errors.Is(err, errWrongKey) && !st.opts.ReadOnly:
-			// The page is damaged, not the record: a write there would
-			// damage the tree (Open's checkStructure finds this first).
-			return fmt.Errorf("%w: %s: record key %d: %v", ErrDamaged, st.path, id, err)
-		case err != nil:
-			damaged = append(damaged, quarantined(id, v, err, now))
-			continue
-		}
-		st.idx.counts[s]++
-		if s.Settled() {
-			st.idx.settled = append(st.idx.settled, settledEntry{settledAt, id})
-			continue
-		}
-		st.idx.active += int64(len(v))
-		l := st.idx.lane(laneName)
-		l.ids = append(l.ids, id) // the cursor goes in ID order
-		if r != nil {
-			stale = append(stale, r)
-		}
-	}
-	if st.opts.ReadOnly { // shown as stored: damaged records stay out of the index
-		return nil
-	}
-	// Written after the scan: a cursor does not survive writes to its
-	// bucket.
-	for _, r := range damaged {
-		if _, err := b.put(r); err != nil {
-			return err
-		}
-		st.idx.counts[r.State]++
-		st.idx.settled = append(st.idx.settled, settledEntry{binenc.Nanos(r.SettledAt), r.ID})
-	}
-	st.damaged = damaged
-	slices.SortFunc(st.idx.settled, cmpSettled)
-	for _, r := range stale {
-		orphaned(r)
-		oldSize, newSize, _, err := b.replace(r, InFlight)
-		if err != nil {
-			return err
-		}
-		st.idx.moved(r, InFlight, oldSize, newSize)
-	}
-	return nil
 }
 
 // orphaned returns r, left in flight with nobody to see its attempt end (a

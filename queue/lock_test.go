@@ -43,7 +43,7 @@ func fillMostlyFree(t *testing.T, path string) (ID, []byte) {
 		ids = append(ids, id)
 	}
 	for _, id := range ids[:len(ids)-1] {
-		require.NoError(t, q.Discard(id))
+		require.NoError(t, q.Discard(context.Background(), id))
 	}
 	require.NoError(t, q.Close())
 	fi, err := os.Stat(path)
@@ -136,16 +136,16 @@ func TestOpenersRaceCompaction(t *testing.T) {
 	for _, a := range accepted {
 		assert.False(t, seen[a.id], "ID %d was given to two records", a.id)
 		seen[a.id] = true
-		r, err := q.Get(a.id)
+		r, err := q.Get(context.Background(), a.id)
 		if assert.NoError(t, err, "record %d (%s), accepted, is gone", a.id, a.body) {
 			assert.Equal(t, string(a.body), string(r.Intent.Body()), "record %d holds another intent", a.id)
 		}
 	}
-	r, err := q.Get(keptID)
+	r, err := q.Get(context.Background(), keptID)
 	if assert.NoError(t, err) {
 		assert.Equal(t, keptBody, r.Intent.Body())
 	}
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, len(accepted)+1, c[Pending], "no record appeared or vanished")
 	assert.Empty(t, compactTemps(t, path), "no compaction file is left")

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,23 +36,23 @@ func TestSettleLeaseNextMarkWaitsForTheCommit(t *testing.T) {
 	require.NoError(t, err)
 
 	st := q.st.(*boltStore)
-	r, err := st.Get(first)
+	r, err := st.Get(context.Background(), first)
 	require.NoError(t, err)
 	markLeased(r, clk.Now())
-	require.NoError(t, st.Lease(r))
-	before := st.Mark()
+	require.NoError(t, st.Put(context.Background(), Pending, r))
+	before := markOf(st)
 	require.Equal(t, clk.Now(), before, "the first lease moved the mark")
 
 	markSettled(r, Done, idem.Applied, "", nil, clk.Now())
 	leasedAt := clk.Now().Add(time.Minute)
-	next, err := st.SettleLeaseNext(r, func(n *Record) bool {
+	next, err := st.SettleLeaseNext(context.Background(), r, func(n *Record) bool {
 		markLeased(n, leasedAt)
 		require.NoError(t, file.Close()) // the commit that follows fails
 		return true
 	})
 	require.Error(t, err, "the commit failed")
 	assert.Nil(t, next)
-	assert.Equal(t, before, st.Mark(), "Mark() = %v after a rolled-back lease at %v, want %v", st.Mark(), leasedAt, before)
+	assert.Equal(t, before, markOf(st), "Mark() = %v after a rolled-back lease at %v, want %v", markOf(st), leasedAt, before)
 }
 
 // TestLeaseMarkWaitsForTheCommit: a lease that does not commit (its record
@@ -62,14 +63,20 @@ func TestLeaseMarkWaitsForTheCommit(t *testing.T) {
 	id, err := q.Enqueue(waitCtx(t), post(t, url, 1))
 	require.NoError(t, err)
 	st := q.st.(*boltStore)
-	r, err := st.Get(id)
+	r, err := st.Get(context.Background(), id)
 	require.NoError(t, err)
 	markLeased(r, clk.Now())
-	require.NoError(t, st.Lease(r))
-	before := st.Mark()
+	require.NoError(t, st.Put(context.Background(), Pending, r))
+	before := markOf(st)
 
 	again := *r
 	markLeased(&again, clk.Now().Add(time.Minute))
-	require.ErrorIs(t, st.Lease(&again), ErrMovedOn, "the record is in flight, not pending")
-	assert.Equal(t, before, st.Mark(), "Mark() = %v after a lease that failed, want %v", st.Mark(), before)
+	require.ErrorIs(t, st.Put(context.Background(), Pending, &again), ErrMovedOn, "the record is in flight, not pending")
+	assert.Equal(t, before, markOf(st), "Mark() = %v after a lease that failed, want %v", markOf(st), before)
+}
+
+// markOf returns st's clock mark.
+func markOf(st Store) time.Time {
+	_, mark := st.Clock()
+	return mark
 }

@@ -1,11 +1,8 @@
 package queue
 
 import (
-	"fmt"
 	"strings"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem"
 )
@@ -57,56 +54,4 @@ func salvageIntent(data []byte) *idem.Intent {
 		return nil
 	}
 	return in
-}
-
-// quarantineHead quarantines record id, the head of the lane called name,
-// if it does not decode, and returns it for the caller to report. It returns
-// nil when there was nothing to quarantine: the record is gone or decodes.
-func (st *boltStore) quarantineHead(name string, id ID) (*Record, error) {
-	var (
-		r    *Record
-		old  State
-		size int
-	)
-	err := st.guard(func() error {
-		return st.write(func(tx *bolt.Tx) error {
-			r = nil
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			v := b.records.Get(idKey(id))
-			if v == nil {
-				return nil
-			}
-			dr, err := decodeRecord(v)
-			switch {
-			case err == nil && dr.ID == id:
-				return nil
-			case err == nil:
-				// The key disagrees with an intact record: the page is
-				// damaged, and a write there would damage the tree.
-				return st.broke(fmt.Errorf("%w: %s: record key %d holds record %d", ErrDamaged, st.path, id, dr.ID))
-			}
-			// The index counts the record under its last committed state,
-			// which its state byte still holds unless that is the damage.
-			old, size = Pending, len(v)
-			if len(v) > stateOffset && State(v[stateOffset]) == InFlight {
-				old = InFlight
-			}
-			r = quarantined(id, v, err, st.opts.now())
-			_, err = b.put(r)
-			return err
-		})
-	})
-	if err != nil || r == nil {
-		return nil, err
-	}
-	st.mu.Lock()
-	st.idx.moved(r, old, size, 0)
-	if l := st.idx.lanes[name]; l != nil {
-		l.drop(id) // r.lane() is not name when the intent was lost
-	}
-	st.mu.Unlock()
-	return r, nil
 }

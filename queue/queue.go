@@ -115,7 +115,7 @@ type Options struct {
 	// settle is then reported by each replica: the one that settled it
 	// (Remote false) and the others (Remote true). Count from events with
 	// Remote false only, and a fleet counts each record once. Remote
-	// events are best effort (see Store.Settles); the store itself is the
+	// events are best effort (see StoreInfo.Settles); the store itself is the
 	// record. A store of one process has no remote events.
 	NotifyRemote bool
 	// SalvageDamaged, if not nil, makes Open recover a file whose structure
@@ -224,8 +224,14 @@ type Queue struct {
 	// store method is called with mu held: a store may wait on its disk
 	// or network, and mu guards only the fields below.
 	st   Store
+	info StoreInfo // st's, read once by New; Damaged is damaged's
 	opts Options
 	h    horizon
+
+	// drainCtx is the context of the drainer's store calls: Run's,
+	// without its cancellation, since what an attempt did is recorded
+	// after Run is told to stop. Run sets it before its workers start.
+	drainCtx context.Context
 
 	// ev delivers the events to Options.Notify.
 	ev *deliverer
@@ -240,6 +246,7 @@ type Queue struct {
 	woken    time.Time // when Wake was last called
 	held     bool      // sends are held for the clock: EventClockHeld was sent
 	dateHold certHolds // hosts whose certificate the clock put out of its dates
+	damaged  []*Record // found damaged by the store's opening, until Run reports them
 	closing  bool      // Close has begun: Run stops
 	running  bool
 	stop     context.CancelFunc // ends a running drainer
@@ -312,8 +319,9 @@ func New(st Store, opts Options) (*Queue, error) {
 
 // newQueue returns a Queue over st with o, whose defaults are set.
 func newQueue(st Store, o Options) *Queue {
+	info := st.Info()
 	return &Queue{
-		st: st, opts: o,
+		st: st, info: info, opts: o, damaged: info.Damaged, drainCtx: context.Background(),
 		h: horizon{
 			retention: o.Retention, margin: o.Margin, maxAge: o.MaxAge,
 			attemptTimeout: o.Policy.AttemptTimeout, clockTolerance: o.ClockTolerance,
@@ -335,7 +343,7 @@ func newQueue(st Store, o Options) *Queue {
 // what Close waits for includes the store calls under way (the drainer's,
 // a read a Wait gave up on): a store stalled on its disk or network holds
 // Close until it answers (the bbolt store's calls end with the disk's;
-// pgqueue's with its per-operation timeout and retries).
+// pgqueue's with its per-operation bound and retries).
 //
 // Notify may call Close: events are delivered from a goroutine of their
 // own, which Close does not need to stop.
@@ -378,7 +386,13 @@ func (q *Queue) shutDown() error {
 
 // Path returns where the records are kept: the file's path, or what the
 // store names its place.
-func (q *Queue) Path() string { return q.st.Location() }
+func (q *Queue) Path() string { return q.info.Location }
+
+// now reads the store's clock.
+func (q *Queue) now() time.Time {
+	now, _ := q.st.Clock()
+	return now
+}
 
 func (q *Queue) isClosing() bool {
 	q.mu.Lock()

@@ -145,7 +145,7 @@ func TestEnqueueDurable(t *testing.T) {
 	require.NoError(t, q.Close())
 
 	q = reopen(t, path, Options{})
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, Pending, r.State)
 	assert.Equal(t, in.Key(), r.Intent.Key(), "the key survives a restart")
@@ -188,7 +188,7 @@ func TestEnqueueRefuses(t *testing.T) {
 	_, err = q.Enqueue(canceled, post(t, url, 3))
 	assert.ErrorIs(t, err, context.Canceled)
 
-	counts, err := q.Counts()
+	counts, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 2, counts[Pending], "refused intents are not stored")
 }
@@ -209,7 +209,7 @@ func TestEnqueueSameKey(t *testing.T) {
 	_, err = q.Enqueue(ctx, other)
 	assert.ErrorIs(t, err, ErrKeyInUse)
 
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, c[Pending])
 }
@@ -239,7 +239,7 @@ func TestEnqueueConcurrent(t *testing.T) {
 	assert.Len(t, seen, producers*each)
 	require.NoError(t, q.Close())
 	q = reopen(t, path, Options{})
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, producers*each, c[Pending])
 	assert.Len(t, q.st.(*boltStore).idx.lanes, producers)
@@ -254,12 +254,12 @@ func TestListPaging(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
-	require.NoError(t, q.Discard(ids[2]))
+	require.NoError(t, q.Discard(context.Background(), ids[2]))
 
 	var got []ID
 	after := ID(0)
 	for {
-		page, err := q.List(Pending, after, 2)
+		page, err := q.List(context.Background(), Pending, after, 2)
 		require.NoError(t, err)
 		if len(page) == 0 {
 			break
@@ -272,16 +272,16 @@ func TestListPaging(t *testing.T) {
 	}
 	assert.Equal(t, []ID{ids[0], ids[1], ids[3], ids[4], ids[5], ids[6]}, got)
 
-	none, err := q.List(Done, 0, 10)
+	none, err := q.List(context.Background(), Done, 0, 10)
 	require.NoError(t, err)
 	assert.Empty(t, none)
-	all, err := q.List(0, 0, 100)
+	all, err := q.List(context.Background(), 0, 0, 100)
 	require.NoError(t, err)
 	assert.Len(t, all, 6)
 
-	_, err = q.List(State(9), 0, 1)
+	_, err = q.List(context.Background(), State(9), 0, 1)
 	assert.ErrorContains(t, err, "unknown state 9")
-	_, err = q.List(Pending, 0, 0)
+	_, err = q.List(context.Background(), Pending, 0, 0)
 	assert.ErrorContains(t, err, "limit 0")
 }
 
@@ -289,12 +289,12 @@ func TestGetDiscard(t *testing.T) {
 	q, _ := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
 	require.NoError(t, err)
-	require.NoError(t, q.Discard(id))
-	_, err = q.Get(id)
+	require.NoError(t, q.Discard(context.Background(), id))
+	_, err = q.Get(context.Background(), id)
 	assert.ErrorIs(t, err, ErrNotFound)
-	assert.ErrorIs(t, q.Discard(id), ErrNotFound)
+	assert.ErrorIs(t, q.Discard(context.Background(), id), ErrNotFound)
 	assert.Empty(t, q.st.(*boltStore).idx.lanes, "an empty lane is forgotten")
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Zero(t, c[Pending])
 }
@@ -303,7 +303,7 @@ func TestDiscardFreesKey(t *testing.T) {
 	q, _ := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1, idem.WithKey("k")))
 	require.NoError(t, err)
-	require.NoError(t, q.Discard(id))
+	require.NoError(t, q.Discard(context.Background(), id))
 	_, err = q.Enqueue(context.Background(), post(t, url, 2, idem.WithKey("k")))
 	assert.NoError(t, err, "the key is free once its record is gone")
 }
@@ -312,10 +312,10 @@ func TestDiscardInFlight(t *testing.T) {
 	q, _ := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
 	require.NoError(t, err)
-	r, _, err := q.st.Head("")
+	r, _, err := q.st.Head(context.Background(), "")
 	require.NoError(t, err)
 	require.NoError(t, q.lease(r, time.Now()))
-	assert.ErrorIs(t, q.Discard(id), ErrInFlight)
+	assert.ErrorIs(t, q.Discard(context.Background(), id), ErrInFlight)
 }
 
 func TestClosed(t *testing.T) {
@@ -324,9 +324,9 @@ func TestClosed(t *testing.T) {
 	assert.ErrorIs(t, q.Close(), ErrClosed)
 	_, err := q.Enqueue(context.Background(), post(t, url, 1))
 	assert.ErrorIs(t, err, ErrClosed)
-	_, err = q.Get(1)
+	_, err = q.Get(context.Background(), 1)
 	assert.ErrorIs(t, err, ErrClosed)
-	_, err = q.Counts()
+	_, err = q.Counts(context.Background())
 	assert.ErrorIs(t, err, ErrClosed)
 	_, err = q.Wait(context.Background(), 1)
 	assert.ErrorIs(t, err, ErrClosed)
@@ -339,23 +339,23 @@ func TestRecoverInFlight(t *testing.T) {
 	q, path := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
 	require.NoError(t, err)
-	r, _, err := q.st.Head("")
+	r, _, err := q.st.Head(context.Background(), "")
 	require.NoError(t, err)
 	leased := time.Now()
 	require.NoError(t, q.lease(r, leased))
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, c[InFlight])
 	require.NoError(t, q.Close()) // no result commit: as after kill -9
 
 	q = reopen(t, path, Options{})
-	got, err := q.Get(id)
+	got, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, Pending, got.State)
 	assert.True(t, got.InDoubt, "an attempt nobody saw end leaves it in doubt")
 	assert.True(t, got.FirstSentAt.Equal(leased), "FirstSentAt %v, want %v", got.FirstSentAt, leased)
 	assert.Equal(t, 1, got.NumAttempts)
-	c, err = q.Counts()
+	c, err = q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, c[Pending])
 	assert.Zero(t, c[InFlight])
@@ -373,7 +373,7 @@ func TestSweepSettled(t *testing.T) {
 	}
 	// Settle two, an hour apart.
 	for i, id := range ids[:2] {
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		require.NoError(t, err)
 		require.NoError(t, q.settle(r, Pending, Failed, idem.NotApplied, "test", nil))
 		if i == 0 {
@@ -383,20 +383,20 @@ func TestSweepSettled(t *testing.T) {
 	n, err := q.st.(*boltStore).sweep(clk.Now())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "only the record settled an hour ago goes")
-	_, err = q.Get(ids[0])
+	_, err = q.Get(context.Background(), ids[0])
 	assert.ErrorIs(t, err, ErrNotFound)
-	_, err = q.Get(ids[1])
+	_, err = q.Get(context.Background(), ids[1])
 	assert.NoError(t, err)
 	require.NoError(t, q.Close())
 
 	clk.Add(2 * time.Hour)
 	q = reopen(t, path, Options{now: clk.Now, KeepSettled: time.Hour})
-	_, err = q.Get(ids[1])
+	_, err = q.Get(context.Background(), ids[1])
 	assert.ErrorIs(t, err, ErrNotFound, "Open sweeps too")
-	r, err := q.Get(ids[2])
+	r, err := q.Get(context.Background(), ids[2])
 	require.NoError(t, err)
 	assert.Equal(t, Pending, r.State, "unsettled records are never swept")
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, map[State]int{Pending: 1, InFlight: 0, Done: 0, Failed: 0, Expired: 0}, c)
 }
@@ -436,7 +436,7 @@ func TestCompactAtOpen(t *testing.T) {
 	wg.Wait()
 	keep := ids[len(ids)-1]
 	for _, id := range ids[:len(ids)-1] {
-		wg.Go(func() { assert.NoError(t, q.Discard(id)) })
+		wg.Go(func() { assert.NoError(t, q.Discard(context.Background(), id)) })
 	}
 	wg.Wait()
 	require.NoError(t, q.Close())
@@ -448,7 +448,7 @@ func TestCompactAtOpen(t *testing.T) {
 	after, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Less(t, after.Size(), before.Size()/4, "compaction: %d -> %d bytes", before.Size(), after.Size())
-	r, err := q.Get(keep)
+	r, err := q.Get(context.Background(), keep)
 	require.NoError(t, err)
 	assert.Equal(t, Pending, r.State, "compaction keeps every record")
 	_, err = os.Stat(path + compactSuffix)
@@ -467,7 +467,7 @@ func TestWaitAndOldest(t *testing.T) {
 	clk := newClock()
 	q, _ := openTest(t, Options{now: clk.Now})
 	ctx := context.Background()
-	d, err := q.OldestPending()
+	d, err := q.OldestPending(context.Background())
 	require.NoError(t, err)
 	assert.Zero(t, d)
 
@@ -477,7 +477,7 @@ func TestWaitAndOldest(t *testing.T) {
 	_, err = q.Enqueue(ctx, post(t, url, 2, idem.WithLane("a")))
 	require.NoError(t, err)
 	clk.Add(time.Minute)
-	d, err = q.OldestPending()
+	d, err = q.OldestPending(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 2*time.Minute, d)
 
@@ -494,7 +494,7 @@ func TestWaitAndOldest(t *testing.T) {
 		got <- r
 	}()
 	next(t, &q.sig.waiting, func(w ID) bool { return w == id }) // Wait blocks on the settle
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	require.NoError(t, q.settle(r, Pending, Expired, idem.NotApplied, "test", nil))
 	select {
@@ -519,18 +519,18 @@ func TestResubmit(t *testing.T) {
 	_, err = q.Resubmit(ctx, id)
 	assert.ErrorIs(t, err, ErrNotResubmittable, "pending records are not resubmitted")
 
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	require.NoError(t, q.settle(r, Pending, Expired, idem.Unknown, "past the horizon", nil))
 	newID, err := q.Resubmit(ctx, id)
 	require.NoError(t, err)
-	fresh, err := q.Get(newID)
+	fresh, err := q.Get(context.Background(), newID)
 	require.NoError(t, err)
 	assert.NotEqual(t, in.Key(), fresh.Intent.Key(), "a resubmission is a new operation: new key")
 	assert.Equal(t, in.Body(), fresh.Intent.Body())
 	assert.Equal(t, "l", fresh.Intent.Lane())
 	assert.Equal(t, "t", fresh.Intent.Header().Get("X-Trace"))
-	old, err := q.Get(id)
+	old, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, newID, old.ResubmittedAs)
 	_, err = q.Resubmit(ctx, id)
@@ -546,7 +546,7 @@ func TestResubmitRace(t *testing.T) {
 	ctx := context.Background()
 	id, err := q.Enqueue(ctx, post(t, url, 1))
 	require.NoError(t, err)
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	require.NoError(t, q.settle(r, Pending, Failed, idem.NotApplied, "rejected (400)", nil))
 
@@ -571,10 +571,10 @@ func TestResubmitRace(t *testing.T) {
 		got = append(got, newID)
 	}
 	require.Len(t, got, 1, "exactly one copy")
-	counts, err := q.Counts()
+	counts, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, counts[Pending], "the refused calls stored nothing")
-	old, err := q.Get(id)
+	old, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, got[0], old.ResubmittedAs)
 }

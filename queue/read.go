@@ -4,93 +4,50 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem"
 )
 
-// Get returns record id, or ErrNotFound.
-func (q *Queue) Get(id ID) (*Record, error) { return q.st.Get(id) }
-
-// Get returns record id, or ErrNotFound.
-func (st *boltStore) Get(id ID) (*Record, error) {
-	var r *Record
-	err := st.guard(func() error {
-		return st.view(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			r, _, err = b.get(id)
-			return err
-		})
-	})
-	if err == nil && r == nil {
-		err = fmt.Errorf("%w: %d", ErrNotFound, id)
-	}
-	return r, err
+// Get returns record id, or ErrNotFound. It returns ctx's error if ctx ends
+// first (see read).
+func (q *Queue) Get(ctx context.Context, id ID) (*Record, error) {
+	return read(ctx, func(ctx context.Context) (*Record, error) { return q.st.Get(ctx, id) })
 }
 
 // List returns up to limit records in state s with IDs after after, in ID
 // order: pass the last ID of a page to get the next. A state of 0 lists
-// every state.
-func (q *Queue) List(s State, after ID, limit int) ([]*Record, error) {
+// every state. It returns ctx's error if ctx ends first (see read).
+func (q *Queue) List(ctx context.Context, s State, after ID, limit int) ([]*Record, error) {
 	if s != 0 && !validState(s) {
 		return nil, fmt.Errorf("queue: List: unknown state %d", s)
 	}
 	if limit <= 0 {
 		return nil, fmt.Errorf("queue: List: limit %d, want at least 1", limit)
 	}
-	return q.st.List(s, after, limit)
+	return read(ctx, func(ctx context.Context) ([]*Record, error) { return q.st.List(ctx, s, after, limit) })
 }
 
-// List is List once its arguments are checked.
-func (st *boltStore) List(s State, after ID, limit int) ([]*Record, error) {
-	var out []*Record
-	err := st.guard(func() error {
-		return st.view(func(tx *bolt.Tx) error {
-			out = out[:0]
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			c := b.records.Cursor()
-			for k, v := c.Seek(idKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
-				if s != 0 && (len(v) <= stateOffset || State(v[stateOffset]) != s) {
-					continue // filtered on the state byte, without decoding
-				}
-				r, err := decodeRecord(v)
-				if err != nil {
-					return fmt.Errorf("%w: record %x: %v", ErrDamaged, k, err)
-				}
-				out = append(out, r)
-			}
-			return nil
-		})
-	})
-	return out, err
-}
-
-// Counts returns how many records are in each state.
-func (q *Queue) Counts() (map[State]int, error) {
-	if q.isClosed() {
-		return nil, ErrClosed
+// Counts returns how many records are in each state, every state named. It
+// returns ctx's error if ctx ends first (see read).
+func (q *Queue) Counts(ctx context.Context) (map[State]int, error) {
+	s, err := q.stats(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return q.st.Counts()
-}
-
-// Counts returns how many records are in each state.
-func (st *boltStore) Counts() (map[State]int, error) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	out := make(map[State]int, 5)
-	for _, s := range states() {
-		out[s] = st.idx.counts[s]
+	for _, st := range states() {
+		out[st] = s.Counts[st]
 	}
 	return out, nil
+}
+
+// stats reads the store's Stats.
+func (q *Queue) stats(ctx context.Context) (StoreStats, error) {
+	if q.isClosed() {
+		return StoreStats{}, ErrClosed
+	}
+	return read(ctx, q.st.Stats)
 }
 
 // Wait returns record id once it is settled (done, failed or expired), or
@@ -99,7 +56,7 @@ func (st *boltStore) Counts() (map[State]int, error) {
 // A read-only queue waits only on a store shared with the processes that
 // drain it (ErrReadOnly otherwise: nothing would settle the record).
 func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
-	if q.opts.ReadOnly && !q.st.Shared() {
+	if q.opts.ReadOnly && !q.info.Shared {
 		return nil, ErrReadOnly // no drainer will settle anything
 	}
 	ch := make(chan *Record, 1)
@@ -112,7 +69,7 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 	q.mu.Unlock()
 	defer q.unwait(id, ch)
 
-	r, err := q.read(ctx, id)
+	r, err := q.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +77,7 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 		return r, nil
 	}
 	var poll <-chan time.Time
-	if q.st.Shared() { // another process may settle it
+	if q.info.Shared { // another process may settle it
 		t := time.NewTicker(sharedWaitPoll)
 		defer t.Stop()
 		poll = t.C
@@ -137,7 +94,7 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 			}
 			return r, nil
 		case <-poll:
-			r, err := q.read(ctx, id)
+			r, err := q.Get(ctx, id)
 			if errors.Is(err, ErrNotFound) {
 				return nil, fmt.Errorf("%w: %d", ErrDiscarded, id)
 			}
@@ -150,24 +107,31 @@ func (q *Queue) Wait(ctx context.Context, id ID) (*Record, error) {
 	}
 }
 
-// read is Get for Wait, which returns ctx's error when ctx ends first: a
-// read may be abandoned, unlike a write, so a stalled store does not hold a
-// Wait past its context. The read itself runs on until the store answers.
-func (q *Queue) read(ctx context.Context, id ID) (*Record, error) {
+// read runs fn, a store's read given ctx, and returns ctx's error when ctx
+// ends first: a read may be abandoned, unlike a write, so a store that
+// cannot stop on ctx (a bbolt transaction stalled on its disk) does not hold
+// its caller past its context. The read itself runs on until the store
+// answers; Close waits for it (see Store).
+func read[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
 	type got struct {
-		r   *Record
+		v   T
 		err error
+	}
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
 	}
 	c := make(chan got, 1) // buffered: an abandoned read still ends
 	go func() {
-		r, err := q.st.Get(id)
-		c <- got{r, err}
+		v, err := fn(ctx)
+		c <- got{v, err}
 	}()
 	select {
 	case g := <-c:
-		return g.r, g.err
+		return g.v, g.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		var zero T
+		return zero, ctx.Err()
 	}
 }
 
@@ -196,55 +160,21 @@ func (q *Queue) unwait(id ID, ch chan *Record) {
 // sent (pending) or need not be kept (settled). A record in flight gives
 // ErrInFlight. Discarding a pending record that was sent before leaves its
 // outcome unknown: that is the operator's to reconcile. A Wait for the
-// record returns ErrDiscarded.
-func (q *Queue) Discard(id ID) error {
+// record returns ErrDiscarded. ctx goes to the store; a Discard under way
+// when ctx ends may have removed the record all the same.
+func (q *Queue) Discard(ctx context.Context, id ID) error {
 	if q.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	if err := q.st.Discard(id); err != nil {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := q.st.Discard(ctx, id); err != nil {
 		return err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.discarded(id)
-	return nil
-}
-
-// Discard removes record id unless it is in flight.
-func (st *boltStore) Discard(id ID) error {
-	var (
-		r    *Record
-		size int
-	)
-	err := st.guard(func() error {
-		return st.write(func(tx *bolt.Tx) error {
-			b, err := open(tx)
-			if err != nil {
-				return err
-			}
-			r, size, err = b.get(id)
-			if err != nil {
-				return err
-			}
-			if r == nil {
-				return fmt.Errorf("%w: %d", ErrNotFound, id)
-			}
-			if r.State == InFlight {
-				return fmt.Errorf("%w: %d", ErrInFlight, id)
-			}
-			return b.remove(r)
-		})
-	})
-	if err != nil {
-		return err
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.idx.removed(r, size)
-	if l := st.idx.lanes[r.lane()]; l != nil && len(l.ids) == 0 && !l.busy {
-		st.ready.remove(l)
-		delete(st.idx.lanes, l.name)
-	}
 	return nil
 }
 
@@ -266,7 +196,7 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 	if q.opts.ReadOnly {
 		return 0, ErrReadOnly
 	}
-	old, err := q.Get(id)
+	old, err := q.Get(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -304,36 +234,12 @@ func resubmittable(r *Record) error {
 }
 
 // OldestPending returns how long the oldest unsettled record has waited
-// since it was enqueued; 0 for an empty queue.
-func (q *Queue) OldestPending() (time.Duration, error) {
-	enqueued, err := q.st.OldestUnsettled()
-	if err != nil || enqueued.IsZero() {
+// since it was enqueued; 0 for an empty queue. It returns ctx's error if
+// ctx ends first (see read).
+func (q *Queue) OldestPending(ctx context.Context) (time.Duration, error) {
+	s, err := read(ctx, q.st.Stats)
+	if err != nil || s.OldestUnsettled.IsZero() {
 		return 0, err
 	}
-	return max(q.st.Now().Sub(enqueued), 0), nil
-}
-
-// OldestUnsettled returns when the oldest unsettled record was enqueued; the
-// zero Time when there is none.
-func (st *boltStore) OldestUnsettled() (time.Time, error) {
-	st.mu.Lock()
-	heads := make([]ID, 0, len(st.idx.lanes))
-	for _, l := range st.idx.lanes {
-		if id, ok := l.head(); ok {
-			heads = append(heads, id)
-		}
-	}
-	st.mu.Unlock()
-	if len(heads) == 0 {
-		return time.Time{}, nil
-	}
-	// IDs grow in enqueue order: the oldest record is the smallest head.
-	r, err := st.Get(slices.Min(heads))
-	if errors.Is(err, ErrNotFound) {
-		return time.Time{}, nil // settled meanwhile
-	}
-	if err != nil {
-		return time.Time{}, err
-	}
-	return r.EnqueuedAt, nil
+	return max(q.now().Sub(s.OldestUnsettled), 0), nil
 }

@@ -30,7 +30,7 @@ func TestWaitDiscarded(t *testing.T) {
 		got <- result{r, err}
 	}()
 	next(t, &q.sig.waiting, func(w ID) bool { return w == id }) // Wait must be blocked before the Discard
-	require.NoError(t, q.Discard(id))
+	require.NoError(t, q.Discard(context.Background(), id))
 	select {
 	case res := <-got:
 		assert.Nil(t, res.r)
@@ -51,7 +51,7 @@ func TestWaitAfterDiscard(t *testing.T) {
 	q, _ := openTest(t, Options{})
 	id, err := q.Enqueue(context.Background(), post(t, url, 1))
 	require.NoError(t, err)
-	require.NoError(t, q.Discard(id))
+	require.NoError(t, q.Discard(context.Background(), id))
 	_, err = q.Wait(waitCtx(t), id)
 	assert.ErrorIs(t, err, ErrNotFound)
 }

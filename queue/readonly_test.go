@@ -27,10 +27,10 @@ func TestReadOnly(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
-	r, err := q.Get(ids[0])
+	r, err := q.Get(context.Background(), ids[0])
 	require.NoError(t, err)
 	r.State, r.NumAttempts = InFlight, 1 // as a crash mid-attempt leaves it
-	require.NoError(t, q.st.Commit(Pending, r))
+	require.NoError(t, q.st.Put(context.Background(), Pending, r))
 	require.NoError(t, q.Close())
 	before := fileSum(t, path)
 
@@ -40,13 +40,13 @@ func TestReadOnly(t *testing.T) {
 	require.NoError(t, err, "read-only Queues share a file")
 	require.NoError(t, ro2.Close())
 
-	got, err := ro.Get(ids[0])
+	got, err := ro.Get(context.Background(), ids[0])
 	require.NoError(t, err)
 	assert.Equal(t, InFlight, got.State, "shown as stored, not recovered")
-	counts, err := ro.Counts()
+	counts, err := ro.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, map[State]int{Pending: 2, InFlight: 1, Done: 0, Failed: 0, Expired: 0}, counts)
-	list, err := ro.List(Pending, 0, 10)
+	list, err := ro.List(context.Background(), Pending, 0, 10)
 	require.NoError(t, err)
 	assert.Len(t, list, 2)
 
@@ -55,7 +55,7 @@ func TestReadOnly(t *testing.T) {
 	assert.ErrorIs(t, ro.Run(ctx), ErrReadOnly, "Run")
 	_, err = ro.Wait(ctx, ids[1])
 	assert.ErrorIs(t, err, ErrReadOnly, "Wait")
-	assert.ErrorIs(t, ro.Discard(ids[1]), ErrReadOnly, "Discard")
+	assert.ErrorIs(t, ro.Discard(context.Background(), ids[1]), ErrReadOnly, "Discard")
 	_, err = ro.Resubmit(ctx, ids[1])
 	assert.ErrorIs(t, err, ErrReadOnly, "Resubmit")
 	assert.ErrorIs(t, ro.ResetClock(ctx), ErrReadOnly, "ResetClock")
@@ -68,7 +68,7 @@ func TestReadOnly(t *testing.T) {
 	w := reopen(t, path, Options{LockTimeout: 50 * time.Millisecond})
 	_, err = Open(path, Options{ReadOnly: true, LockTimeout: 50 * time.Millisecond})
 	assert.ErrorIs(t, err, ErrLocked, "no reader while a writer holds the file")
-	got, err = w.Get(ids[0])
+	got, err = w.Get(context.Background(), ids[0])
 	require.NoError(t, err)
 	assert.Equal(t, Pending, got.State, "a writer recovers it")
 }

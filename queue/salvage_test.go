@@ -125,7 +125,7 @@ func TestFlippedKeyNeverWritten(t *testing.T) {
 
 			ro, err := Open(path, Options{ReadOnly: true})
 			require.NoError(t, err, "it opens ReadOnly")
-			c, err := ro.Counts()
+			c, err := ro.Counts(context.Background())
 			require.NoError(t, err)
 			assert.LessOrEqual(t, c[Pending], 300)
 			require.NoError(t, ro.Close())
@@ -141,7 +141,7 @@ func TestFlippedKeyNeverWritten(t *testing.T) {
 			assert.Equal(t, stored, storedRecords(t, path), "every record, byte for byte")
 
 			q := reopen(t, path, Options{})
-			c, err = q.Counts()
+			c, err = q.Counts(context.Background())
 			require.NoError(t, err)
 			assert.Equal(t, 300, c[Pending])
 			require.NoError(t, q.Close())
@@ -170,7 +170,7 @@ func TestOpenSalvagesDamaged(t *testing.T) {
 	require.Len(t, reports, 1, "the report reaches the application")
 	assert.Equal(t, 50, reports[0].Recovered)
 	assert.FileExists(t, reports[0].Kept)
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 50, c[Pending])
 	require.NoError(t, q.Close())
@@ -376,13 +376,13 @@ func openDamaged(t *testing.T, name, path string, d []byte, srvURL string, n int
 		ok("Wait for the new record", err)
 	}
 	for id := ID(1); id <= 4; id++ { // the heads of the four lanes: the drainer reads them first
-		r, err := q.Get(id)
+		r, err := q.Get(context.Background(), id)
 		ok("Get", err)
 		if err == nil && r.Intent != nil {
 			r.Intent = nil
 		}
 	}
-	list, err := q.List(0, 0, n+10)
+	list, err := q.List(context.Background(), 0, 0, n+10)
 	ok("List", err)
 	if len(list) > n+1 {
 		t.Errorf("%s: %d records listed, %d enqueued", name, len(list), n+1)
@@ -397,7 +397,7 @@ func openDamaged(t *testing.T, name, path string, d []byte, srvURL string, n int
 		ok("reopen", err)
 		return false
 	}
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	ok("Counts", err)
 	total := 0
 	for _, v := range c {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"context"
 	"runtime"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestSameKeyComparesBodiesInPlace(t *testing.T) {
 		return after.TotalAlloc - before.TotalAlloc
 	}
 	read := allocated(func() {
-		_, err := st.Get(id)
+		_, err := st.Get(context.Background(), id)
 		require.NoError(t, err)
 	})
 	var got ID

@@ -11,16 +11,17 @@ import (
 // Wake tells the drainer the network is back: it ends an offline wait, lane
 // holds and the holds on hosts whose certificate the clock put outside its
 // dates, and makes records whose last attempt was never sent due at once.
-// Retry-After waits the server asked for still hold.
+// Retry-After waits the server asked for still hold. Wake takes no
+// context: a store bounds its call itself (see Store).
 func (q *Queue) Wake() {
-	now := q.st.Now()
+	now := q.now()
 	q.mu.Lock()
 	q.woken = now
 	wasOffline := q.offline.on
 	q.offline = offlineState{}
 	q.endCertHolds()
 	q.mu.Unlock()
-	if err := q.st.Wake(now); err != nil { // not under mu: a store may wait on its disk or network
+	if err := q.st.Schedule(context.Background(), WakeLanes, "", now); err != nil { // not under mu: a store may wait on its disk or network
 		q.report(err)
 	}
 	if wasOffline {
@@ -50,6 +51,9 @@ func (q *Queue) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	q.running, q.stop = true, stop
+	q.drainCtx = context.WithoutCancel(ctx)
+	damaged := q.damaged // found damaged by the store's opening: reported once
+	q.damaged = nil
 	q.draining.Add(1)
 	q.mu.Unlock()
 	defer func() {
@@ -60,40 +64,39 @@ func (q *Queue) Run(ctx context.Context) error {
 		q.ev.flush() // Run's events reach Notify before it returns; Close does not wait for this
 	}()
 
-	if feed := q.st.Settles(); feed != nil {
+	if feed := q.info.Settles; feed != nil {
 		q.draining.Add(1)
 		go func() {
 			defer q.draining.Done()
 			q.relaySettles(ctx, feed)
 		}()
 	}
-	for _, r := range q.st.TakeDamaged() { // found damaged by Open: reported once
+	for _, r := range damaged {
 		q.notify(Event{Kind: EventSettled, Record: r})
 	}
 
 	free := q.opts.Workers
-	done := make(chan string, q.opts.Workers) // lanes whose worker is done
-	lastSweep := q.st.Now()
+	done := make(chan struct{}, q.opts.Workers) // a worker is done with its lane
+	lastSweep := q.now()
 	for {
 		for drained := false; !drained; { // collect finished workers
 			select {
-			case l := <-done:
+			case <-done:
 				free++
-				q.st.Release(l)
 			default:
 				drained = true
 			}
 		}
 		if ctx.Err() != nil || q.isClosing() {
 			for ; free < q.opts.Workers; free++ {
-				q.st.Release(<-done)
+				<-done
 			}
 			return nil
 		}
-		now := q.st.Now()
+		now := q.now()
 		if now.Sub(lastSweep) >= sweepEvery {
 			lastSweep = now
-			if err := q.st.Sweep(now); err != nil {
+			if err := q.st.Sweep(q.drainCtx, now); err != nil {
 				q.report(err)
 			}
 		}
@@ -104,7 +107,7 @@ func (q *Queue) Run(ctx context.Context) error {
 			go func() {
 				defer q.draining.Done()
 				q.work(ctx, l)
-				done <- l
+				done <- struct{}{}
 			}()
 			continue
 		}
@@ -113,10 +116,9 @@ func (q *Queue) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-q.kick:
-		case <-q.st.Wakeups(): // nil, never ready, for a store of one process
-		case l := <-done:
+		case <-q.info.Wakeups: // nil, never ready, for a store of one process
+		case <-done:
 			free++
-			q.st.Release(l)
 		case <-t.C:
 		}
 		t.Stop()
@@ -134,7 +136,7 @@ func (q *Queue) dispatch(now time.Time, free int) (string, bool, time.Duration) 
 	if d, ok := q.offlineWait(now); !ok {
 		return "", false, d
 	}
-	l, got, d, err := q.st.TakeDue(now)
+	l, got, d, err := q.st.TakeDue(q.drainCtx, now)
 	if err != nil {
 		q.report(err)
 		return "", false, wait
@@ -175,7 +177,7 @@ func (q *Queue) offlineWait(now time.Time) (time.Duration, bool) {
 // work makes at most one attempt for the head of lane l, or settles it
 // without one, then sets when the lane is next due.
 func (q *Queue) work(ctx context.Context, l string) {
-	now := q.st.Now()
+	now := q.now()
 	next, err := q.workHead(ctx, l, now)
 	switch {
 	case errors.Is(err, ErrMovedOn): // discarded, or the lane taken over: next head
@@ -188,7 +190,7 @@ func (q *Queue) work(ctx context.Context, l string) {
 	q.mu.Lock()
 	q.offline.probing = false // a probe that made no attempt is over too
 	q.mu.Unlock()
-	if err := q.st.SetNext(l, next); err != nil {
+	if err := q.st.SetNext(q.drainCtx, l, next); err != nil {
 		q.report(err)
 	}
 }
@@ -202,7 +204,7 @@ func (q *Queue) observe(c idem.Class) {
 		return
 	}
 	var ev EventKind
-	now := q.st.Now()
+	now := q.now()
 	q.mu.Lock()
 	o := &q.offline
 	o.probing = false
@@ -228,3 +230,24 @@ func (q *Queue) observe(c idem.Class) {
 		q.notify(Event{Kind: ev})
 	}
 }
+
+// offlineState tracks whether the device looks offline: every recent
+// attempt was never sent. Offline, the drainer sends one probe at a time with
+// a growing delay instead of spending every record's attempts.
+type offlineState struct {
+	streak  int           // never-sent attempts in a row
+	on      bool          // offline
+	until   time.Time     // no probe before
+	delay   time.Duration // the current probe delay
+	probing bool          // a probe is under way
+}
+
+const (
+	offlineAfter    = 3 // never-sent attempts in a row before going offline
+	offlineFirst    = time.Second
+	offlineMaxDelay = time.Minute
+)
+
+// sweepEvery is how often a running drainer removes settled records past
+// Options.KeepSettled.
+const sweepEvery = time.Minute

@@ -14,7 +14,11 @@ import (
 // their settles.
 type sharedNoFeed struct{ Store }
 
-func (sharedNoFeed) Shared() bool { return true }
+func (s sharedNoFeed) Info() StoreInfo {
+	i := s.Store.Info()
+	i.Shared = true
+	return i
+}
 
 // TestWaitAsksTheStore: Wait takes a store for shared when the store says
 // so, not when it happens to have a wake-up feed, and polls it for a settle
@@ -39,10 +43,10 @@ func TestWaitAsksTheStore(t *testing.T) {
 	}()
 	next(t, &other.sig.waiting, func(w ID) bool { return w == id })
 
-	r, err := q.st.Get(id)
+	r, err := q.st.Get(context.Background(), id)
 	require.NoError(t, err)
-	r.State, r.SettledAt = Done, q.st.Now() // settled by another process, unannounced
-	require.NoError(t, q.st.Commit(Pending, r))
+	r.State, r.SettledAt = Done, q.now() // settled by another process, unannounced
+	require.NoError(t, q.st.Put(context.Background(), Pending, r))
 
 	got := <-done
 	require.NoError(t, got.err, "Wait polls a shared store")
@@ -53,5 +57,5 @@ func TestWaitAsksTheStore(t *testing.T) {
 // poll it and a read-only Queue refuses to wait on it.
 func TestBoltStoreNotShared(t *testing.T) {
 	q, _ := openTest(t, Options{})
-	assert.False(t, q.st.Shared(), "a bbolt store is one process's")
+	assert.False(t, q.info.Shared, "a bbolt store is one process's")
 }

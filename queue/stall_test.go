@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,53 +15,114 @@ import (
 
 // stallStore is the bbolt store with one method that blocks, each time it
 // is called, until the test closes release: a store stalled on its disk or
-// its network. entered receives the method's name as a call blocks.
+// its network. With honour set the stall also ends with the call's context,
+// as a store that hands ctx to its network does; without, it ends only on
+// release, as a bbolt transaction stalled on its disk does. entered
+// receives the method's name as a call blocks. Every call's context is
+// kept in seen, by method.
 type stallStore struct {
 	Store
 	method  string
+	honour  bool
 	entered chan string
 	release chan struct{}
 	once    sync.Once
+
+	mu   sync.Mutex
+	seen map[string][]context.Context
 }
 
-// stall blocks a call of method m until release is closed.
-func (s *stallStore) stall(m string) {
+// stall records ctx for method m and, if m stalls, blocks until release is
+// closed or, with honour, ctx ends: then it returns ctx's error.
+func (s *stallStore) stall(ctx context.Context, m string) error {
+	s.mu.Lock()
+	s.seen[m] = append(s.seen[m], ctx)
+	s.mu.Unlock()
 	if m != s.method {
-		return
+		return nil
 	}
 	select {
 	case s.entered <- m:
 	default:
 	}
-	<-s.release
+	done := ctx.Done()
+	if !s.honour {
+		done = nil
+	}
+	select {
+	case <-s.release:
+		return nil
+	case <-done:
+		return ctx.Err()
+	}
+}
+
+// contexts returns the contexts method m was called with.
+func (s *stallStore) contexts(m string) []context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]context.Context(nil), s.seen[m]...)
 }
 
 // unstall lets every stalled call go on; it may be called more than once.
 func (s *stallStore) unstall() { s.once.Do(func() { close(s.release) }) }
 
-func (s *stallStore) TakeDue(now time.Time) (string, bool, time.Duration, error) {
-	s.stall("TakeDue")
-	return s.Store.TakeDue(now)
+func (s *stallStore) TakeDue(ctx context.Context, now time.Time) (string, bool, time.Duration, error) {
+	if err := s.stall(ctx, "TakeDue"); err != nil {
+		return "", false, 0, err
+	}
+	return s.Store.TakeDue(ctx, now)
 }
 
-func (s *stallStore) Wake(now time.Time) error {
-	s.stall("Wake")
-	return s.Store.Wake(now)
+// Schedule stalls as "Wake" for WakeLanes, "Rejudge" for RejudgeLanes.
+func (s *stallStore) Schedule(ctx context.Context, op LaneOp, lane string, now time.Time) error {
+	name := map[LaneOp]string{HoldLane: "Hold", WakeLanes: "Wake", RejudgeLanes: "Rejudge"}[op]
+	if err := s.stall(ctx, name); err != nil {
+		return err
+	}
+	return s.Store.Schedule(ctx, op, lane, now)
 }
 
-func (s *stallStore) Rejudge(now time.Time) error {
-	s.stall("Rejudge")
-	return s.Store.Rejudge(now)
+func (s *stallStore) Get(ctx context.Context, id ID) (*Record, error) {
+	if err := s.stall(ctx, "Get"); err != nil {
+		return nil, err
+	}
+	return s.Store.Get(ctx, id)
 }
 
-func (s *stallStore) Get(id ID) (*Record, error) {
-	s.stall("Get")
-	return s.Store.Get(id)
+func (s *stallStore) List(ctx context.Context, st State, after ID, limit int) ([]*Record, error) {
+	if err := s.stall(ctx, "List"); err != nil {
+		return nil, err
+	}
+	return s.Store.List(ctx, st, after, limit)
 }
 
-func (s *stallStore) Insert(r *Record) (ID, error) {
-	s.stall("Insert")
-	return s.Store.Insert(r)
+func (s *stallStore) Stats(ctx context.Context) (StoreStats, error) {
+	if err := s.stall(ctx, "Stats"); err != nil {
+		return StoreStats{}, err
+	}
+	return s.Store.Stats(ctx)
+}
+
+func (s *stallStore) Insert(ctx context.Context, r *Record, resubmitOf ID) (ID, error) {
+	if err := s.stall(ctx, "Insert"); err != nil {
+		return 0, err
+	}
+	return s.Store.Insert(ctx, r, resubmitOf)
+}
+
+func (s *stallStore) Discard(ctx context.Context, id ID) error {
+	if err := s.stall(ctx, "Discard"); err != nil {
+		return err
+	}
+	return s.Store.Discard(ctx, id)
+}
+
+func (s *stallStore) ResetMark(ctx context.Context, now time.Time) (time.Time, error) {
+	if err := s.stall(ctx, "ResetMark"); err != nil {
+		return time.Time{}, err
+	}
+	return s.Store.ResetMark(ctx, now)
 }
 
 // newStalling returns a Queue over a bbolt store whose method stalls, with
@@ -76,11 +138,12 @@ func newStalling(t *testing.T, method string) (*Queue, *stallStore, ID) {
 	require.NoError(t, err)
 	bs, err := openBolt(path, o, lf)
 	require.NoError(t, err)
-	r, err := NewRecord(post(t, url, 1), bs.Now())
+	now, _ := bs.Clock()
+	r, err := NewRecord(post(t, url, 1), now)
 	require.NoError(t, err)
-	id, err := bs.Insert(r)
+	id, err := bs.Insert(context.Background(), r, 0)
 	require.NoError(t, err)
-	st := &stallStore{Store: bs, method: method, entered: make(chan string, 1), release: make(chan struct{})}
+	st := &stallStore{Store: bs, method: method, entered: make(chan string, 1), release: make(chan struct{}), seen: map[string][]context.Context{}}
 	q, err := New(st, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { st.unstall(); q.Close() })
@@ -167,11 +230,11 @@ func TestStalledStoreCalls(t *testing.T) {
 		call func(*Queue, ID) error
 	}{
 		{"Enqueue", "", func(q *Queue, _ ID) error { _, err := q.Enqueue(context.Background(), in); return err }},
-		{"Get", "", func(q *Queue, id ID) error { _, err := q.Get(id); return err }},
-		{"List", "", func(q *Queue, _ ID) error { _, err := q.List(Pending, 0, 10); return err }},
-		{"Counts", "", func(q *Queue, _ ID) error { _, err := q.Counts(); return err }},
-		{"OldestPending", "", func(q *Queue, _ ID) error { _, err := q.OldestPending(); return err }},
-		{"Discard", "TakeDue", func(q *Queue, id ID) error { return q.Discard(id) }}, // Run may hold it in flight
+		{"Get", "", func(q *Queue, id ID) error { _, err := q.Get(context.Background(), id); return err }},
+		{"List", "", func(q *Queue, _ ID) error { _, err := q.List(context.Background(), Pending, 0, 10); return err }},
+		{"Counts", "", func(q *Queue, _ ID) error { _, err := q.Counts(context.Background()); return err }},
+		{"OldestPending", "", func(q *Queue, _ ID) error { _, err := q.OldestPending(context.Background()); return err }},
+		{"Discard", "TakeDue", func(q *Queue, id ID) error { return q.Discard(context.Background(), id) }}, // Run may hold it in flight
 		{"Wake", "Wake", func(q *Queue, _ ID) error { q.Wake(); return nil }},
 		{"ResetClock", "Rejudge", func(q *Queue, _ ID) error { return q.ResetClock(context.Background()) }},
 	}
@@ -228,6 +291,85 @@ func TestStalledInsertEnqueue(t *testing.T) {
 	within(t, "Enqueue with an ended context", 2*time.Second, func() { _, err = q.Enqueue(ctx, post(t, url, 3)) })
 	assert.ErrorIs(t, err, context.Canceled, "Enqueue: got %v, want the context's error", err)
 	st.unstall()
+}
+
+// ctxKey marks the contexts a test's calls are given, to find them in the
+// store.
+type ctxKey struct{}
+
+// ctxCalls are the calls a caller makes with a context, the store method
+// each reaches, and what each does.
+var ctxCalls = []struct {
+	name, method string
+	call         func(*testing.T, context.Context, *Queue, ID) error
+}{
+	{"Enqueue", "Insert", func(t *testing.T, ctx context.Context, q *Queue, _ ID) error {
+		_, err := q.Enqueue(ctx, post(t, url, 7))
+		return err
+	}},
+	{"Get", "Get", func(t *testing.T, ctx context.Context, q *Queue, id ID) error { _, err := q.Get(ctx, id); return err }},
+	{"List", "List", func(t *testing.T, ctx context.Context, q *Queue, _ ID) error {
+		_, err := q.List(ctx, Pending, 0, 10)
+		return err
+	}},
+	{"Counts", "Stats", func(t *testing.T, ctx context.Context, q *Queue, _ ID) error { _, err := q.Counts(ctx); return err }},
+	{"OldestPending", "Stats", func(t *testing.T, ctx context.Context, q *Queue, _ ID) error {
+		_, err := q.OldestPending(ctx)
+		return err
+	}},
+	{"Discard", "Discard", func(t *testing.T, ctx context.Context, q *Queue, id ID) error { return q.Discard(ctx, id) }},
+	{"Resubmit", "Get", func(t *testing.T, ctx context.Context, q *Queue, id ID) error {
+		_, err := q.Resubmit(ctx, id)
+		return err
+	}},
+	{"ResetClock", "ResetMark", func(t *testing.T, ctx context.Context, q *Queue, _ ID) error { return q.ResetClock(ctx) }},
+}
+
+// TestStoreGetsCallerContext: each call's context is the one its store
+// method is given.
+func TestStoreGetsCallerContext(t *testing.T) {
+	for _, c := range ctxCalls {
+		t.Run(c.name, func(t *testing.T) {
+			q, st, id := newStalling(t, "")
+			ctx := context.WithValue(context.Background(), ctxKey{}, c.name)
+			c.call(t, ctx, q, id) //nolint:errcheck // Resubmit refuses a pending record, after its Get
+			got := st.contexts(c.method)
+			require.NotEmpty(t, got, "%s never called %s", c.name, c.method)
+			for _, sctx := range got {
+				assert.Equal(t, c.name, sctx.Value(ctxKey{}), "%s: %s was given another context than the caller's", c.name, c.method)
+			}
+		})
+	}
+}
+
+// TestStalledStoreContext: each call returns its context's error once the
+// context ends, while its store method stalls: at once when the store gives
+// up on the context (as pgqueue does), and for a read also when the store
+// cannot (a bbolt transaction stalled on its disk), since a read may be
+// abandoned.
+func TestStalledStoreContext(t *testing.T) {
+	reads := map[string]bool{"Get": true, "List": true, "Counts": true, "OldestPending": true, "Resubmit": true}
+	for _, honour := range []bool{true, false} {
+		for _, c := range ctxCalls {
+			if !honour && !reads[c.name] {
+				continue // a write under way is not abandoned
+			}
+			t.Run(fmt.Sprintf("%s/honour=%v", c.name, honour), func(t *testing.T) {
+				q, st, id := newStalling(t, c.method)
+				st.honour = honour
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				var err error
+				within(t, c.name+" with a 50 ms context", 2*time.Second, func() { err = c.call(t, ctx, q, id) })
+				assert.ErrorIs(t, err, context.DeadlineExceeded, "%s: got %v, want the context's error", c.name, err)
+				select {
+				case <-st.entered:
+				default:
+					t.Errorf("%s returned without reaching the stalled %s", c.name, c.method)
+				}
+			})
+		}
+	}
 }
 
 // TestStalledStoreFigures measures, with IDEM_STALL_FIGURES set, how long

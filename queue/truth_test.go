@@ -175,14 +175,14 @@ func TestQueueRecordRedacted(t *testing.T) {
 	ctx := waitCtx(t)
 	id, err := q.Enqueue(ctx, post(t, "http://127.0.0.1:1/p?token=s3cret", 1))
 	require.NoError(t, err)
-	r, err := q.Get(id)
+	r, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, idem.NoOutcome, r.Outcome, "pending: no outcome yet")
 	assert.Equal(t, "none yet", r.Outcome.String())
 
 	run(t, q)
 	require.Eventually(t, func() bool {
-		r, err = q.Get(id)
+		r, err = q.Get(context.Background(), id)
 		return err == nil && r.NumAttempts > 0 && r.State == Pending
 	}, 5*time.Second, 5*time.Millisecond)
 	assert.NotEmpty(t, r.LastError)

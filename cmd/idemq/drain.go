@@ -184,7 +184,7 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 		}
 	}
 	return a.withQueue(opts, func(q *queue.Queue) error {
-		c, err := q.Counts()
+		c, err := q.Counts(ctx)
 		if err != nil {
 			return err
 		}
@@ -209,7 +209,7 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 		if err != nil {
 			return err
 		}
-		if c, err := q.Counts(); err == nil { // after Run: attempts cut by the timeout are recorded
+		if c, err := q.Counts(context.WithoutCancel(ctx)); err == nil { // after Run: attempts cut by the timeout are recorded
 			remaining = c[queue.Pending] + c[queue.InFlight]
 		}
 		a.summary(t, remaining, time.Since(start))
@@ -228,14 +228,18 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 func (a *app) waitDrained(ctx context.Context, q *queue.Queue, t *tally, rep *reporter) (int, error) {
 	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
+	remaining := 0
 	for {
 		_, n, _ := t.snapshot()
 		rep.set(n)
-		c, err := q.Counts()
-		if err != nil {
+		c, err := q.Counts(ctx)
+		switch {
+		case ctx.Err() != nil: // the drain's time is up: the caller counts again
+			return remaining, nil
+		case err != nil:
 			return 0, err
 		}
-		remaining := c[queue.Pending] + c[queue.InFlight]
+		remaining = c[queue.Pending] + c[queue.InFlight]
 		if remaining == 0 {
 			return 0, nil
 		}

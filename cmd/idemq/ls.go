@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -64,7 +65,7 @@ func (a *app) lsCommand() *cobra.Command {
 				return usagef("--older-than %v: want 0 or more", f.olderThan)
 			}
 			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
-				recs, err := list(q, f, a.now())
+				recs, err := list(cmd.Context(), q, f, a.now())
 				if err != nil {
 					return err
 				}
@@ -85,14 +86,14 @@ func (a *app) lsCommand() *cobra.Command {
 }
 
 // list reads the records f selects, a page at a time.
-func list(q *queue.Queue, f lsFilter, now time.Time) ([]*queue.Record, error) {
+func list(ctx context.Context, q *queue.Queue, f lsFilter, now time.Time) ([]*queue.Record, error) {
 	var state queue.State // 0: every state, filtered by match
 	if len(f.states) == 1 {
 		state = f.states[0]
 	}
 	var out []*queue.Record
 	for after := queue.ID(0); ; {
-		page, err := q.List(state, after, listPage)
+		page, err := q.List(ctx, state, after, listPage)
 		if err != nil {
 			return nil, err
 		}

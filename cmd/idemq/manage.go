@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -29,7 +30,7 @@ warns, and reconciling it with the server is the operator's.`,
 			}
 			return nil
 		},
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			ids := make([]queue.ID, len(args))
 			for i, s := range args {
 				var err error
@@ -40,7 +41,7 @@ warns, and reconciling it with the server is the operator's.`,
 			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
 				failed := false
 				for _, id := range ids {
-					if err := a.discard(q, id); err != nil {
+					if err := a.discard(cmd.Context(), q, id); err != nil {
 						fmt.Fprintf(a.stderr, "idemq: discard %d: %v\n", id, err)
 						failed = true
 					}
@@ -54,12 +55,12 @@ warns, and reconciling it with the server is the operator's.`,
 	}
 }
 
-func (a *app) discard(q *queue.Queue, id queue.ID) error {
-	r, err := q.Get(id)
+func (a *app) discard(ctx context.Context, q *queue.Queue, id queue.ID) error {
+	r, err := q.Get(ctx, id)
 	if err != nil {
 		return err
 	}
-	if err := q.Discard(id); err != nil {
+	if err := q.Discard(ctx, id); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "discarded %d (%s)\n", id, stateName(r.State))
@@ -89,7 +90,7 @@ with the server that it was not.`,
 				return err
 			}
 			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
-				r, err := q.Get(id)
+				r, err := q.Get(cmd.Context(), id)
 				if err != nil {
 					return err
 				}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	binenc "encoding/binary"
 	"os"
 	"regexp"
@@ -46,7 +47,7 @@ func TestSalvage(t *testing.T) {
 	q, err := queue.Open(file, queue.Options{})
 	require.NoError(t, err, "the fresh file opens")
 	defer q.Close()
-	list, err := q.List(0, 0, 10)
+	list, err := q.List(context.Background(), 0, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, list, 3)
 	for i, rec := range list {

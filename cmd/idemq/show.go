@@ -24,13 +24,13 @@ UUID is): enough to find it in a server's logs, never more than half of it.
 A shorter key is not shown at all; key_source says whether there is one.`,
 		Example: "  idemq -f intents.db show 42\n  idemq -f intents.db show 42 --json",
 		Args:    oneID,
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseID(args[0])
 			if err != nil {
 				return err
 			}
 			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
-				r, err := q.Get(id)
+				r, err := q.Get(cmd.Context(), id)
 				if err != nil {
 					return err
 				}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -74,7 +75,7 @@ expires at its next attempt once past it. Give --retention and --margin as
 the application sets them in queue.Options; the defaults are the queue's.`,
 		Example: "  idemq -f intents.db stats\n  idemq -f intents.db stats --retention 48h --within 6h --json",
 		Args:    noArgs,
-		RunE: func(_ *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := h.check(); err != nil {
 				return err
 			}
@@ -82,7 +83,7 @@ the application sets them in queue.Options; the defaults are the queue's.`,
 				return usagef("--within %v: want a duration of 0 or more", within)
 			}
 			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
-				v, err := a.stats(q, h, within)
+				v, err := a.stats(cmd.Context(), q, h, within)
 				if err != nil {
 					return err
 				}
@@ -100,9 +101,9 @@ the application sets them in queue.Options; the defaults are the queue's.`,
 	return cmd
 }
 
-func (a *app) stats(q *queue.Queue, h horizonFlags, within time.Duration) (statsView, error) {
+func (a *app) stats(ctx context.Context, q *queue.Queue, h horizonFlags, within time.Duration) (statsView, error) {
 	v := statsView{File: a.file, Counts: map[string]int{}}
-	counts, err := q.Counts()
+	counts, err := q.Counts(ctx)
 	if err != nil {
 		return v, err
 	}
@@ -110,14 +111,14 @@ func (a *app) stats(q *queue.Queue, h horizonFlags, within time.Duration) (stats
 		v.Counts[stateName(s)] = counts[s]
 		v.Total += counts[s]
 	}
-	oldest, err := q.OldestPending()
+	oldest, err := q.OldestPending(ctx)
 	if err != nil {
 		return v, err
 	}
 	v.OldestPending = oldest.Seconds()
 
 	v.Horizon = horizonView{Retention: h.retention.String(), Margin: h.margin.String(), Within: within.String(), AtRisk: []queue.ID{}}
-	pending, err := list(q, lsFilter{states: []queue.State{queue.Pending}}, a.now())
+	pending, err := list(ctx, q, lsFilter{states: []queue.State{queue.Pending}}, a.now())
 	if err != nil {
 		return v, err
 	}

@@ -162,7 +162,7 @@ func settledAtLeast(ctx context.Context, q *queue.Queue, n int) error {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for {
-		c, err := q.Counts()
+		c, err := q.Counts(context.Background())
 		if err != nil {
 			return fmt.Errorf("chaos: queue scene: %w", err)
 		}

@@ -128,13 +128,13 @@ func (s *story) offline(ctx context.Context, dev *device) error {
 // restarted follows the queue after the restart until the server is back
 // and the queue drained.
 func (s *story) restarted(ctx context.Context, dev *device, wentDown time.Time) ([]*queue.Record, error) {
-	c, err := dev.q.Counts()
+	c, err := dev.q.Counts(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	s.n.say("started again on the same file: %d readings pending, %d settled",
 		c[queue.Pending]+c[queue.InFlight], c[queue.Done]+c[queue.Failed]+c[queue.Expired])
-	first, err := dev.q.Get(s.ids[0])
+	first, err := dev.q.Get(context.Background(), s.ids[0])
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
@@ -164,7 +164,7 @@ func (s *story) restarted(ctx context.Context, dev *device, wentDown time.Time) 
 		}
 	}
 	// What an operator's console would list: the records to reconcile.
-	expired, err := dev.q.List(queue.Expired, 0, len(s.ids))
+	expired, err := dev.q.List(context.Background(), queue.Expired, 0, len(s.ids))
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
@@ -208,7 +208,7 @@ func settled(ctx context.Context, q *queue.Queue, ids []queue.ID) ([]*queue.Reco
 	for i, id := range ids {
 		r, err := q.Wait(ctx, id)
 		if ctx.Err() != nil {
-			r, err = q.Get(id) // still queued: the report counts it
+			r, err = q.Get(context.Background(), id) // still queued: the report counts it
 		}
 		if err != nil {
 			return nil, fmt.Errorf("edge: record %v: %w", id, err)

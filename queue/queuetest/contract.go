@@ -241,7 +241,7 @@ func lanesIndependent(t *testing.T, open Opener) {
 	assert.Equal(t, queue.Done, r.State)
 	var s *queue.Record
 	require.Eventually(t, func() bool {
-		s, err = q.Get(slow)
+		s, err = q.Get(context.Background(), slow)
 		return err == nil && s.State == queue.Pending && s.NumAttempts == 1
 	}, 5*time.Second, 5*time.Millisecond, "the slow lane's first attempt")
 	assert.False(t, s.State.Settled(), "the slow lane waits an hour, as its server asked")
@@ -262,7 +262,7 @@ func suppliedKeyDedupe(t *testing.T, open Opener) {
 	assert.Equal(t, first, again, "a producer enqueuing again after a crash gets its record")
 	_, err = q.Enqueue(ctx, intent(t, "POST", url, "b", idem.WithKey("order-42")))
 	assert.ErrorIs(t, err, queue.ErrKeyInUse)
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, c[queue.Pending])
 }
@@ -418,9 +418,9 @@ func discardAndResubmit(t *testing.T, open Opener) {
 		waited <- err
 	}()
 	time.Sleep(20 * time.Millisecond) // Wait is waiting
-	require.NoError(t, q.Discard(gone))
+	require.NoError(t, q.Discard(context.Background(), gone))
 	assert.ErrorIs(t, <-waited, queue.ErrDiscarded)
-	_, err = q.Get(gone)
+	_, err = q.Get(context.Background(), gone)
 	assert.ErrorIs(t, err, queue.ErrNotFound)
 
 	old := intent(t, "POST", srv.URL+"/old", "y")
@@ -436,10 +436,10 @@ func discardAndResubmit(t *testing.T, open Opener) {
 	require.NoError(t, err)
 	_, err = q.Resubmit(ctx, id)
 	assert.ErrorIs(t, err, queue.ErrNotResubmittable, "once")
-	r, err = q.Get(id)
+	r, err = q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, fresh, r.ResubmittedAs)
-	n, err := q.Get(fresh)
+	n, err := q.Get(context.Background(), fresh)
 	require.NoError(t, err)
 	assert.NotEqual(t, old.Key(), n.Intent.Key(), "a new key: the operator's decision")
 	assert.Equal(t, old.Body(), n.Intent.Body())
@@ -456,13 +456,13 @@ func countsAndList(t *testing.T, open Opener) {
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
-	c, err := q.Counts()
+	c, err := q.Counts(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 5, c[queue.Pending])
-	page, err := q.List(queue.Pending, 0, 3)
+	page, err := q.List(context.Background(), queue.Pending, 0, 3)
 	require.NoError(t, err)
 	require.Len(t, page, 3)
-	next, err := q.List(queue.Pending, page[2].ID, 3)
+	next, err := q.List(context.Background(), queue.Pending, page[2].ID, 3)
 	require.NoError(t, err)
 	require.Len(t, next, 2)
 	var got []queue.ID
@@ -470,10 +470,10 @@ func countsAndList(t *testing.T, open Opener) {
 		got = append(got, r.ID)
 	}
 	assert.Equal(t, ids, got)
-	done, err := q.List(queue.Done, 0, 10)
+	done, err := q.List(context.Background(), queue.Done, 0, 10)
 	require.NoError(t, err)
 	assert.Empty(t, done)
-	_, err = q.List(queue.State(99), 0, 1)
+	_, err = q.List(context.Background(), queue.State(99), 0, 1)
 	assert.Error(t, err)
 }
 

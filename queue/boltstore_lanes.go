@@ -2,6 +2,7 @@ package queue
 
 import (
 	"container/heap"
+	"context"
 	"errors"
 	"slices"
 	"time"
@@ -47,17 +48,21 @@ func (l *lane) head() (ID, bool) {
 // laneHeap orders idle, unheld lanes by when their head is due.
 type laneHeap []*lane
 
-func (h laneHeap) Len() int           { return len(h) }
+func (h laneHeap) Len() int { return len(h) }
+
 func (h laneHeap) Less(i, j int) bool { return h[i].nextAt.Before(h[j].nextAt) }
+
 func (h laneHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index, h[j].index = i, j
 }
+
 func (h *laneHeap) Push(x any) {
 	l := x.(*lane)
 	l.index = len(*h)
 	*h = append(*h, l)
 }
+
 func (h *laneHeap) Pop() any {
 	old := *h
 	l := old[len(old)-1]
@@ -96,26 +101,10 @@ func (h *laneHeap) due(now time.Time) (*lane, time.Duration, bool) {
 	return heap.Pop(h).(*lane), 0, true
 }
 
-// offlineState tracks whether the device looks offline: every recent
-// attempt was never sent. Offline, the drainer sends one probe at a time with
-// a growing delay instead of spending every record's attempts.
-type offlineState struct {
-	streak  int           // never-sent attempts in a row
-	on      bool          // offline
-	until   time.Time     // no probe before
-	delay   time.Duration // the current probe delay
-	probing bool          // a probe is under way
-}
-
-const (
-	offlineAfter    = 3 // never-sent attempts in a row before going offline
-	offlineFirst    = time.Second
-	offlineMaxDelay = time.Minute
-)
-
 // TakeDue takes the lane whose head is due first for a worker, if one is due
 // at now (got); otherwise it says how long until one is (0: none waits).
-func (st *boltStore) TakeDue(now time.Time) (name string, got bool, wait time.Duration, err error) {
+// It does no I/O: the schedule is in memory.
+func (st *boltStore) TakeDue(_ context.Context, now time.Time) (name string, got bool, wait time.Duration, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	l, wait, ok := st.ready.due(now)
@@ -130,25 +119,16 @@ func (st *boltStore) TakeDue(now time.Time) (name string, got bool, wait time.Du
 }
 
 // SetNext sets when the head of the lane called name, which a worker holds,
-// is next due.
-func (st *boltStore) SetNext(name string, next time.Time) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if l := st.idx.lanes[name]; l != nil {
-		l.nextAt = next
-	}
-	return nil
-}
-
-// Release returns the lane called name from its worker to the schedule, or
+// is next due, and returns the lane from its worker to the schedule, or
 // forgets it when it has no records left.
-func (st *boltStore) Release(name string) {
+func (st *boltStore) SetNext(_ context.Context, name string, next time.Time) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	l := st.idx.lanes[name]
 	if l == nil {
-		return
+		return nil
 	}
+	l.nextAt = next
 	l.busy = false
 	switch {
 	case len(l.ids) == 0:
@@ -157,58 +137,46 @@ func (st *boltStore) Release(name string) {
 	case !l.held:
 		st.ready.push(l)
 	}
-}
-
-// Hold takes the lane called name out of the schedule until wake.
-func (st *boltStore) Hold(name string) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if l := st.idx.lanes[name]; l != nil {
-		l.held = true
-	}
 	return nil
 }
 
-// Wake ends every lane's hold and makes every idle lane due at now.
-func (st *boltStore) Wake(now time.Time) error {
+// Schedule changes the schedule, in memory: HoldLane takes the lane called
+// lane out of it until WakeLanes, which ends every hold and makes every
+// idle lane due at now; RejudgeLanes makes every idle lane that is not held
+// due at now, for the drainer to judge its head again.
+func (st *boltStore) Schedule(_ context.Context, op LaneOp, lane string, now time.Time) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, l := range st.idx.lanes {
-		l.held = false
-		if !l.busy && len(l.ids) > 0 {
-			l.nextAt = now
-			st.ready.push(l)
+	switch op {
+	case HoldLane:
+		if l := st.idx.lanes[lane]; l != nil {
+			l.held = true
 		}
-	}
-	return nil
-}
-
-// Rejudge makes every idle lane that is not held due at now, for the
-// drainer to judge its head again.
-func (st *boltStore) Rejudge(now time.Time) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for _, l := range st.idx.lanes {
-		if !l.busy && !l.held && len(l.ids) > 0 {
-			l.nextAt = now
-			st.ready.push(l)
+		return nil
+	case WakeLanes, RejudgeLanes:
+		for _, l := range st.idx.lanes {
+			if op == WakeLanes {
+				l.held = false
+			}
+			if !l.busy && !l.held && len(l.ids) > 0 {
+				l.nextAt = now
+				st.ready.push(l)
+			}
 		}
+		return nil
 	}
-	return nil
+	return errLaneOp(op)
 }
-
-// Wakeups returns nil: only this process's Queue writes the file.
-func (st *boltStore) Wakeups() <-chan struct{} { return nil }
-
-// Settles returns nil: only this process's Queue settles records.
-func (st *boltStore) Settles() <-chan ID { return nil }
 
 // Head returns the first unsettled record of the lane called name, or nil,
 // and the damaged records it quarantined on the way, for the caller to
 // report.
-func (st *boltStore) Head(name string) (*Record, []*Record, error) {
+func (st *boltStore) Head(ctx context.Context, name string) (*Record, []*Record, error) {
 	var quarantined []*Record
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, quarantined, err
+		}
 		st.mu.Lock()
 		var id ID
 		ok := false
@@ -219,7 +187,7 @@ func (st *boltStore) Head(name string) (*Record, []*Record, error) {
 		if !ok {
 			return nil, quarantined, nil
 		}
-		r, err := st.Get(id)
+		r, err := st.get(id)
 		if err == nil && !r.State.Settled() {
 			return r, quarantined, nil
 		}

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,10 +13,6 @@ import (
 
 	"github.com/idem-go/idem/internal/binenc"
 )
-
-// sweepEvery is how often a running drainer removes settled records past
-// Options.KeepSettled.
-const sweepEvery = time.Minute
 
 // sweepBatch bounds the records one sweep transaction removes, so that a
 // large backlog does not hold the writer for long.
@@ -33,7 +30,10 @@ const (
 )
 
 // Sweep is sweep for the running drainer, which races Close.
-func (st *boltStore) Sweep(now time.Time) error {
+func (st *boltStore) Sweep(ctx context.Context, now time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return st.guard(func() error {
 		_, err := st.sweep(now)
 		return err
