@@ -23,6 +23,13 @@ import (
 func startWrapped(t *testing.T, h http.Handler, opts Options) (*Wrapper, string, *http.Client) {
 	t.Helper()
 	w := Wrap(h, opts)
+	url, c := serveWrapped(t, w)
+	return w, url, c
+}
+
+// serveWrapped is startWrapped for a Wrapper made by the caller.
+func serveWrapped(t *testing.T, w *Wrapper) (string, *http.Client) {
+	t.Helper()
 	srv := httptest.NewUnstartedServer(w)
 	// A handler's panic is part of some tests; net/http's log of it is noise.
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -30,7 +37,7 @@ func startWrapped(t *testing.T, h http.Handler, opts Options) (*Wrapper, string,
 	t.Cleanup(srv.Close)
 	tr := &http.Transport{DialContext: w.DialContext, DisableKeepAlives: true}
 	t.Cleanup(tr.CloseIdleConnections)
-	return w, srv.URL, &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	return srv.URL, &http.Client{Transport: tr, Timeout: 5 * time.Second}
 }
 
 // orders is a small user handler: each run creates an order, answers 201
@@ -290,4 +297,74 @@ func TestWrapDropWithoutHijack(t *testing.T) {
 		w.ServeHTTP(httptest.NewRecorder(), r)
 	})
 	assert.Equal(t, 1, w.EffectsForKey("k"))
+}
+
+// A request whose lease expired is overtaken: if it was still before the
+// handler (a FaultDelay pause), the handler does not run for it; if the
+// handler was running, it has run twice, which EffectsForKey tells, and
+// only the taker's answer is stored.
+func TestWrapTakeover(t *testing.T) {
+	tests := []struct {
+		name     string
+		inPause  bool // overtaken in a FaultDelay pause, else in the handler
+		wantRuns int
+	}{
+		{"overtaken before the handler", true, 1},
+		{"overtaken in the handler", false, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newFakeClock()
+			var runs atomic.Int64
+			entered := make(chan struct{}, 1)
+			release := make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := runs.Add(1)
+				if n == 1 && !tt.inPause {
+					entered <- struct{}{}
+					<-release
+				}
+				w.WriteHeader(http.StatusCreated)
+				fmt.Fprintf(w, "run %d", n)
+			})
+			opts := Options{Now: clock.Now, Lease: 10 * time.Second}
+			if tt.inPause {
+				opts.Faults = faultOnFirst(FaultDelay)
+			}
+			w := Wrap(h, opts)
+			gate := make(pauseGate)
+			w.gate = gate // the test ends the pause: no real-time ordering
+			url, c := serveWrapped(t, w)
+
+			var slow reply
+			var slowErr error
+			slowDone := make(chan struct{})
+			go func() {
+				defer close(slowDone)
+				slow, slowErr = send(c, "POST", url+"/x", "k", "x")
+			}()
+			var wakeSlow chan struct{}
+			if tt.inPause {
+				wakeSlow = <-gate // the slow request holds the claim
+			} else {
+				<-entered // the slow request's handler is running
+				wakeSlow = release
+			}
+
+			clock.Advance(11 * time.Second)
+			taker := mustSend(t, c, "POST", url+"/x", "k", "x")
+			assert.Equal(t, http.StatusCreated, taker.status, "takeover status")
+
+			close(wakeSlow)
+			<-slowDone
+			require.NoError(t, slowErr)
+			assert.Equal(t, http.StatusConflict, slow.status, "overtaken request status")
+			assert.JSONEq(t, `{"error":"idempotency key claim was taken over by another request"}`, slow.body)
+			assert.Equal(t, tt.wantRuns, w.EffectsForKey("k"), "handler runs")
+			assert.Equal(t, 1, w.Stats().Fenced, "Stats.Fenced")
+
+			replay := mustSend(t, c, "POST", url+"/x", "k", "x")
+			assert.Equal(t, taker.body, replay.body, "the stored answer is the taker's")
+		})
+	}
 }
