@@ -36,12 +36,13 @@ type resource struct {
 	contentType string
 }
 
-// Stats is a snapshot of a Server's counters.
+// Stats is a snapshot of the counters of a Server or a Wrapper.
 type Stats struct {
 	// Requests counts HTTP requests that reached a handler, including
 	// those a fault then cut short.
 	Requests int
-	// Effects counts business effects applied, on every route.
+	// Effects counts business effects applied, on every route; for a
+	// Wrapper, every run of its handler.
 	Effects int
 	// Replays counts stored responses replayed for a completed key.
 	Replays int
@@ -51,9 +52,11 @@ type Stats struct {
 	// Mismatches counts 422 answers for a key reused with another payload.
 	Mismatches int
 	// Fenced counts completions refused because another request had taken
-	// the claim over; their effect was not applied and they got 409.
+	// the claim over; they got 409. Their effect was not applied, except
+	// under a Wrapper whose handler was already running when overtaken.
 	Fenced int
-	// Released counts claims deleted by a failure before the effect.
+	// Released counts claims deleted by a failure before the effect, and
+	// under a Wrapper with ReleaseServerErrors by a 5xx or a panic.
 	Released int
 	// BadRequests counts 400 answers for a missing or invalid key.
 	BadRequests int

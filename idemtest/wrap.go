@@ -60,8 +60,8 @@ type Wrapper struct {
 // every request, at the points Fault describes; a passing request is
 // recorded only under a fault that replaces its answer.
 //
-// The Server fields of opts that concern its routes are ignored; Close
-// does not exist here, so a FaultDelay pause always lasts Options.Delay.
+// A FaultDelay pause always lasts Options.Delay: a Wrapper has no Close to
+// cut it short.
 func Wrap(h http.Handler, opts Options) *Wrapper {
 	w := &Wrapper{h: h}
 	w.init(opts)
