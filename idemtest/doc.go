@@ -52,13 +52,56 @@
 // through DialContext (Options.RefuseDial, SetDown), since a server cannot
 // know which request a connection will carry.
 //
+// # Your own handler
+//
+// Wrap puts the same key layer and faults in front of any http.Handler, so
+// a team can test its own API, and its clients against it, rather than the
+// fixed routes:
+//
+//	w := idemtest.Wrap(myAPI, idemtest.Options{RequireKey: true, Faults: faults})
+//	srv := httptest.NewServer(w)
+//	defer srv.Close()
+//	// ... send through an idem.Client to srv.URL ...
+//	if n := w.EffectsForKey(key); n != 1 {
+//		t.Errorf("handler ran %d times", n)
+//	}
+//
+// The handler is the effect. On POST and PATCH (Options.KeyedMethods) the
+// first request with a key claims it and runs the handler into a recorder;
+// what the handler wrote (status, header fields as they stood when the
+// status was written, body) completes the record and is replayed byte for
+// byte, with "Idempotent-Replayed: true", to later requests with the key
+// and the same fingerprint; another fingerprint gets 422, and a request
+// while the handler runs gets 409. Keyless requests on those methods, and
+// every request on other methods, reach the handler as they came (or 400
+// without a key under RequireKey). EffectsForKey counts the handler's runs
+// per key, the truth to set beside what a client reports.
+//
+// A 5xx or a panic from the handler is an answer too: by default
+// (StoreServerErrors) it is stored and replayed, as the draft asks for "the
+// result of the previously completed operation, success or an error", and
+// a panic is stored as a 500 while the response it broke is aborted as
+// net/http does. ReleaseServerErrors deletes the claim instead, so a retry
+// runs the handler again: the rule the fixed routes keep for a failure
+// before the effect, and, for a handler that may have acted before failing,
+// the server behaviour that makes keyed retries of a 500 unsafe.
+//
+// A takeover after Options.Lease fences what it can: a request overtaken
+// before its handler started (in a FaultDelay pause) does not run it, but
+// one overtaken while its handler ran has run it, and only the taker's
+// answer is stored.
+//
 // # Caveats
 //
 // Everything is held in memory and records are only forgotten lazily, when
 // their key is used again after retention; that is fine for tests, not for
 // production. The faults that drop connections hijack them, so they need
-// HTTP/1.1; through Handler with a ResponseWriter that cannot be hijacked they
-// panic with http.ErrAbortHandler, which net/http servers treat as an abort.
+// HTTP/1.1; through Handler or a Wrapper with a ResponseWriter that cannot be
+// hijacked (an httptest.ResponseRecorder, HTTP/2) they panic with
+// http.ErrAbortHandler, which net/http servers treat as an abort: under
+// HTTP/2 the stream is reset, the connection kept. A wrapped handler on
+// the key layer writes into a recorder, so it cannot stream, flush, send
+// 1xx answers or hijack there; trailers are not replayed.
 // Clients with keep-alives on should know that net/http itself resends a
 // request carrying an Idempotency-Key header when a reused connection fails,
 // so the server may see more attempts than the client made.

@@ -1,10 +1,16 @@
 package idemtest_test
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemtest"
 )
 
@@ -41,4 +47,46 @@ func Example() {
 	// attempt 1: no response
 	// attempt 2: 201 replayed=true
 	// payments made: 1
+}
+
+// A handler of one's own behind the key layer: the answer to the first
+// attempt is lost after the order is made, the client retries under the
+// same key and gets the stored answer, and the handler ran once.
+func ExampleWrap() {
+	var orders atomic.Int64
+	api := http.NewServeMux()
+	api.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+		n := orders.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"order":%d}`, n)
+	})
+	wrapped := idemtest.Wrap(api, idemtest.Options{
+		RequireKey: true,
+		Faults: func(_ *http.Request, _ string, seen int) idemtest.Fault {
+			if seen == 0 {
+				return idemtest.FaultCommitThenDrop
+			}
+			return idemtest.FaultNone
+		},
+	})
+	srv := httptest.NewServer(wrapped)
+	defer srv.Close()
+
+	in, err := idem.NewIntent("POST", srv.URL+"/orders", []byte(`{"sku":"tea"}`))
+	if err != nil {
+		panic(err)
+	}
+	c := &idem.Client{HTTPClient: srv.Client(), Policy: idem.Policy{BaseDelay: time.Millisecond}}
+	res, err := c.Do(context.Background(), in)
+	if err != nil {
+		panic(err)
+	}
+	defer res.Response.Body.Close()
+	body, _ := io.ReadAll(res.Response.Body)
+	fmt.Println(res.Outcome, res.Response.StatusCode, string(body), "replayed:", res.Replayed)
+	fmt.Println("attempts:", len(res.Attempts), "handler ran:", wrapped.EffectsForKey(in.Key()))
+	// Output:
+	// applied 201 {"order":1} replayed: true
+	// attempts: 2 handler ran: 1
 }

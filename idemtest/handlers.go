@@ -2,22 +2,10 @@ package idemtest
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"time"
+	"slices"
 )
-
-// exchange is one request on its way through the pipeline.
-type exchange struct {
-	w      http.ResponseWriter
-	r      *http.Request
-	key    string // valid key, or ""
-	keyErr error  // why the key header was rejected, if it was
-	fault  Fault
-	body   []byte
-}
 
 // routes builds the business routes.
 func (s *Server) routes() http.Handler {
@@ -30,45 +18,13 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// begin counts the request, chooses its fault, applies FaultCloseBeforeRead
-// and reads the body. It returns false when the request is already dealt
-// with.
+// begin takes a request to a fixed route as far as its effect: arrival
+// and the body. It returns false when the request is already dealt with.
 func (s *Server) begin(w http.ResponseWriter, r *http.Request) (*exchange, bool) {
-	x := &exchange{w: w, r: r}
-	x.key, x.keyErr = requestKey(r.Header, s.opts.KeyHeader, s.opts.SFStringOnly)
-
-	s.mu.Lock()
-	s.stats.Requests++
-	seen := 0
-	if x.key != "" {
-		seen = s.seen[x.key]
-		s.seen[x.key]++
-	}
-	s.mu.Unlock()
-
-	if s.opts.Faults != nil {
-		x.fault = s.opts.Faults(r, x.key, seen)
-	}
-	if x.fault != FaultNone {
-		s.mu.Lock()
-		s.stats.Faults[x.fault]++
-		s.mu.Unlock()
-	}
-	if x.fault == FaultCloseBeforeRead {
-		drop(w)
+	x, ok := s.arrive(w, r)
+	if !ok || !s.readBody(x) {
 		return nil, false
 	}
-
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request body too large")
-		}
-		// Otherwise the client went away mid-body: nobody to answer.
-		return nil, false
-	}
-	x.body = body
 	return x, true
 }
 
@@ -83,7 +39,7 @@ func (s *Server) handlePayment(w http.ResponseWriter, r *http.Request) {
 	case x.keyErr != nil:
 		s.badRequest(w, x.keyErr)
 	case x.key != "":
-		s.executeKeyed(x, s.paymentLocked)
+		s.executeKeyed(x, s.fenced(s.paymentLocked))
 	case s.opts.RequireKey:
 		s.badRequest(w, errKeyRequired)
 	default:
@@ -101,109 +57,6 @@ func (s *Server) paymentLocked(x *exchange) response {
 		body:        fmt.Appendf(nil, `{"id":"pay_%d","seq":%d}`, n, n),
 		contentType: "application/json",
 	}
-}
-
-// executeKeyed runs x through claim, effect and completion.
-func (s *Server) executeKeyed(x *exchange, effect func(*exchange) response) {
-	fp := fingerprint(x.r.Method, x.r.URL.Path, x.body)
-	s.mu.Lock()
-	c := s.claimLocked(x.key, fp, s.opts.Now())
-	s.mu.Unlock()
-
-	if s.failBeforeEffect(x) {
-		if c.kind == claimOwned {
-			s.mu.Lock()
-			s.releaseLocked(x.key, c.owner)
-			s.mu.Unlock()
-		}
-		return
-	}
-
-	var resp response
-	switch c.kind {
-	case claimOwned:
-		s.mu.Lock()
-		var done bool
-		resp, done = s.completeLocked(x.key, c.owner, func() response { return effect(x) })
-		s.mu.Unlock()
-		if !done {
-			resp = errorResponse(http.StatusConflict, "idempotency key claim was taken over by another request")
-		}
-	case claimReplay:
-		resp = c.resp
-	case claimBusy:
-		resp = errorResponse(http.StatusConflict, "a request with this key is in progress")
-	case claimMismatch:
-		resp = errorResponse(http.StatusUnprocessableEntity, "idempotency key reused with a different payload")
-	}
-	s.respond(x, resp)
-}
-
-// execute runs x on a route without a key layer: there is no claim, and
-// "commit" means performing the effect.
-func (s *Server) execute(x *exchange, effect func(*exchange) response) {
-	if s.failBeforeEffect(x) {
-		return
-	}
-	s.mu.Lock()
-	resp := effect(x)
-	s.mu.Unlock()
-	s.respond(x, resp)
-}
-
-// failBeforeEffect acts on x's pre-effect fault, if it has one, and reports
-// whether x was answered instead of going on to the effect: always for
-// Fault503 and Fault429, and for FaultDelay when Close cut the delay short.
-func (s *Server) failBeforeEffect(x *exchange) bool {
-	var status int
-	switch x.fault {
-	case Fault503:
-		status = http.StatusServiceUnavailable
-	case Fault429:
-		status = http.StatusTooManyRequests
-	case FaultDelay:
-		if s.pause() {
-			return false
-		}
-		writeError(x.w, http.StatusServiceUnavailable, "server shutting down")
-		return true
-	default:
-		return false
-	}
-	if v := s.opts.retryAfter(x.fault); v != "" {
-		x.w.Header().Set("Retry-After", v)
-	}
-	writeError(x.w, status, http.StatusText(status))
-	return true
-}
-
-// pause sleeps Options.Delay in real time, returning false if Close cut it
-// short.
-func (s *Server) pause() bool {
-	if s.gate != nil {
-		return s.gate.pause(s.done)
-	}
-	t := time.NewTimer(s.opts.Delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-s.done:
-		return false
-	}
-}
-
-// respond writes resp, unless x's fault replaces it after the commit.
-func (s *Server) respond(x *exchange, resp response) {
-	switch x.fault {
-	case FaultCommitThenDrop:
-		drop(x.w)
-		return
-	case Fault500AfterEffect:
-		writeError(x.w, http.StatusInternalServerError, http.StatusText(http.StatusInternalServerError))
-		return
-	}
-	writeResponse(x.w, resp)
 }
 
 // handlePut stores the body as the resource: naturally idempotent, so no
@@ -263,14 +116,6 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// badRequest answers 400 for a missing or invalid key.
-func (s *Server) badRequest(w http.ResponseWriter, err error) {
-	s.mu.Lock()
-	s.stats.BadRequests++
-	s.mu.Unlock()
-	writeError(w, http.StatusBadRequest, err.Error())
-}
-
 // errorResponse is a JSON error answer, {"error":"msg"}.
 func errorResponse(status int, msg string) response {
 	body, _ := json.Marshal(struct {
@@ -279,12 +124,18 @@ func errorResponse(status int, msg string) response {
 	return response{status: status, body: body, contentType: "application/json"}
 }
 
+// writeError writes errorResponse(status, msg) to w.
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeResponse(w, errorResponse(status, msg))
 }
 
+// writeResponse writes resp to w: the fields a wrapped handler set, then
+// Content-Type and the replay mark.
 func writeResponse(w http.ResponseWriter, resp response) {
 	h := w.Header()
+	for name, values := range resp.header {
+		h[name] = slices.Clone(values)
+	}
 	if resp.contentType != "" {
 		h.Set("Content-Type", resp.contentType)
 	}

@@ -23,15 +23,17 @@ const (
 	MaxKeyLength = 255
 )
 
-// Options configures a Server. The zero value is a server that accepts but
-// does not require keys, injects no faults and uses the real clock.
+// Options configures a Server (New) or a Wrapper (Wrap). The zero value is
+// a server that accepts but does not require keys, injects no faults and
+// uses the real clock.
 type Options struct {
 	// KeyHeader is the request header carrying the idempotency key.
 	// Empty means DefaultKeyHeader.
 	KeyHeader string
 
-	// RequireKey makes a POST or PATCH without a key fail with 400, as the
-	// draft allows. False means a keyless POST is executed every time.
+	// RequireKey makes a POST or PATCH (under Wrap, a request with one of
+	// KeyedMethods) without a key fail with 400, as the draft allows. False
+	// means a keyless POST is executed every time.
 	RequireKey bool
 
 	// SFStringOnly makes a bare key (abc rather than "abc") fail with 400,
@@ -76,8 +78,22 @@ type Options struct {
 	RefuseDial func() bool
 
 	// MaxBody is the largest request body read; a larger one gets 413.
-	// Zero or negative means DefaultMaxBody.
+	// Zero or negative means DefaultMaxBody. Wrap reads only the bodies of
+	// requests that go through the key layer.
 	MaxBody int64
+
+	// KeyedMethods are the methods Wrap puts behind the key layer, spelled
+	// as in the request line; other methods pass through to the handler,
+	// with faults but without a key layer. Nil means POST and PATCH, the
+	// methods the draft is for; an empty slice means none. New ignores it:
+	// its routes fix their methods.
+	KeyedMethods []string
+
+	// ServerErrors is what Wrap does with a key whose handler answered 5xx
+	// or panicked. The zero value, StoreServerErrors, keeps the answer as
+	// the key's response, as the draft asks. New ignores it: its routes do
+	// not fail on their own.
+	ServerErrors ServerErrorPolicy
 }
 
 // withDefaults returns a copy of o with every zero field filled in, so the

@@ -6,13 +6,9 @@ import (
 	"errors"
 	"io"
 	"log"
-	"maps"
 	"net"
 	"net/http"
-	"os"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -22,23 +18,9 @@ import (
 // (Client gives one), and EffectsForKey or Stats to check what happened.
 // A Server is safe for concurrent use.
 type Server struct {
-	opts    Options // with defaults filled in; read-only after New
-	handler http.Handler
-	done    chan struct{} // closed by Close to cut FaultDelay sleeps short
-	gate    pauseGate     // a test's hand on FaultDelay pauses; nil outside tests
-	down    atomic.Bool
-
-	// mu guards the protocol state and every counter below. One lock keeps
-	// claim, effect and completion atomic with respect to each other, which
-	// is the property under test; throughput does not matter here.
-	mu               sync.Mutex
-	records          map[string]*record
-	resources        map[string]resource
-	nextOwner        uint64
-	seen             map[string]int // requests that reached a handler, by key
-	effectsByKey     map[string]int
-	effectsByPayload map[[sha256.Size]byte]int
-	stats            Stats
+	layer
+	handler   http.Handler
+	resources map[string]resource // guarded by layer.mu, with the records
 
 	// lifeMu guards the listener lifecycle.
 	lifeMu    sync.Mutex
@@ -54,12 +36,13 @@ type resource struct {
 	contentType string
 }
 
-// Stats is a snapshot of a Server's counters.
+// Stats is a snapshot of the counters of a Server or a Wrapper.
 type Stats struct {
 	// Requests counts HTTP requests that reached a handler, including
 	// those a fault then cut short.
 	Requests int
-	// Effects counts business effects applied, on every route.
+	// Effects counts business effects applied, on every route; for a
+	// Wrapper, every run of its handler.
 	Effects int
 	// Replays counts stored responses replayed for a completed key.
 	Replays int
@@ -69,9 +52,11 @@ type Stats struct {
 	// Mismatches counts 422 answers for a key reused with another payload.
 	Mismatches int
 	// Fenced counts completions refused because another request had taken
-	// the claim over; their effect was not applied and they got 409.
+	// the claim over; they got 409. Their effect was not applied, except
+	// under a Wrapper whose handler was already running when overtaken.
 	Fenced int
-	// Released counts claims deleted by a failure before the effect.
+	// Released counts claims deleted by a failure before the effect, and
+	// under a Wrapper with ReleaseServerErrors by a 5xx or a panic.
 	Released int
 	// BadRequests counts 400 answers for a missing or invalid key.
 	BadRequests int
@@ -85,16 +70,8 @@ type Stats struct {
 
 // New returns a Server configured by opts. It does not listen until Start.
 func New(opts Options) *Server {
-	s := &Server{
-		opts:             opts.withDefaults(),
-		done:             make(chan struct{}),
-		records:          make(map[string]*record),
-		resources:        make(map[string]resource),
-		seen:             make(map[string]int),
-		effectsByKey:     make(map[string]int),
-		effectsByPayload: make(map[[sha256.Size]byte]int),
-		stats:            Stats{Faults: make(map[Fault]int)},
-	}
+	s := &Server{resources: make(map[string]resource)}
+	s.init(opts)
 	s.handler = s.routes()
 	return s
 }
@@ -174,21 +151,7 @@ func (s *Server) Client() *http.Client {
 // errors.Is(err, syscall.ECONNREFUSED) holds. Use it as
 // http.Transport.DialContext. RefuseDial is not consulted while down.
 func (s *Server) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	if s.down.Load() || (s.opts.RefuseDial != nil && s.opts.RefuseDial()) {
-		s.mu.Lock()
-		s.stats.Refused++
-		s.mu.Unlock()
-		// Built rather than provoked by dialing a closed port: no race
-		// with another process taking the port, and the same on every OS.
-		return nil, &net.OpError{
-			Op:   "dial",
-			Net:  network,
-			Addr: dialAddr{network: network, addr: addr},
-			Err:  os.NewSyscallError("connect", syscall.ECONNREFUSED),
-		}
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
+	return s.dialContext(ctx, network, addr)
 }
 
 // SetDown takes the server offline (true) or back online (false) for
@@ -196,29 +159,12 @@ func (s *Server) DialContext(ctx context.Context, network, addr string) (net.Con
 // Connections already open are not affected.
 func (s *Server) SetDown(down bool) { s.down.Store(down) }
 
-// dialAddr is the net.Addr of a refused dial, named as the caller wrote it
-// so no name resolution happens.
-type dialAddr struct{ network, addr string }
-
-func (a dialAddr) Network() string { return a.network }
-func (a dialAddr) String() string  { return a.addr }
-
 // Stats returns a snapshot of the counters.
-func (s *Server) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.stats
-	st.Faults = maps.Clone(s.stats.Faults)
-	return st
-}
+func (s *Server) Stats() Stats { return s.snapshot() }
 
 // EffectsForKey returns how many effects requests carrying key applied, on
 // any route.
-func (s *Server) EffectsForKey(key string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.effectsByKey[key]
-}
+func (s *Server) EffectsForKey(key string) int { return s.effectsForKey(key) }
 
 // EffectsForPayload returns how many effects were applied by requests whose
 // body was exactly body.
@@ -244,8 +190,4 @@ func (s *Server) Requests() int {
 
 // RequestsForKey returns how many requests carrying key reached a handler:
 // the attempts the server saw, as opposed to those the client made.
-func (s *Server) RequestsForKey(key string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.seen[key]
-}
+func (s *Server) RequestsForKey(key string) int { return s.requestsForKey(key) }

@@ -2,6 +2,7 @@ package idemtest
 
 import (
 	"crypto/sha256"
+	"net/http"
 	"time"
 )
 
@@ -16,14 +17,17 @@ const (
 // response is an answer as the server means it: what is stored for replay
 // and what is written unless a fault replaces it.
 type response struct {
-	status      int
+	status int
+	// header holds the fields a wrapped handler set, nil on the fixed
+	// routes; contentType, when set, overrides its Content-Type.
+	header      http.Header
 	body        []byte
 	contentType string
 	replayed    bool
 }
 
 // record is the server's memory of one key. Its fields are guarded by
-// Server.mu.
+// layer.mu.
 type record struct {
 	fingerprint [sha256.Size]byte
 	state       recordState
@@ -60,7 +64,7 @@ type claim struct {
 
 // claimLocked applies the claim step of the protocol to key at time now.
 // The caller holds s.mu, which makes check and insert one atomic step.
-func (s *Server) claimLocked(key string, fp [sha256.Size]byte, now time.Time) claim {
+func (s *layer) claimLocked(key string, fp [sha256.Size]byte, now time.Time) claim {
 	rec, ok := s.records[key]
 	if ok && rec.state == stateCompleted && !now.Before(rec.created.Add(s.opts.Retention)) {
 		// Forgotten: from here on the key is a new request, which is how a
@@ -109,13 +113,13 @@ func (s *Server) claimLocked(key string, fp [sha256.Size]byte, now time.Time) cl
 //
 // An expired lease alone does not fence: if nobody took the claim over,
 // the original owner is still the only executor and may finish.
-func (s *Server) completeLocked(key string, owner uint64, effect func() response) (resp response, ok bool) {
-	rec, found := s.records[key]
-	if !found || rec.state != stateClaimed || rec.owner != owner {
+func (s *layer) completeLocked(key string, owner uint64, effect func() response) (resp response, ok bool) {
+	if !s.ownsLocked(key, owner) {
 		s.stats.Fenced++
 		return response{}, false
 	}
 	resp = effect()
+	rec := s.records[key]
 	rec.state = stateCompleted
 	rec.resp = resp
 	return resp, true
@@ -123,22 +127,34 @@ func (s *Server) completeLocked(key string, owner uint64, effect func() response
 
 // releaseLocked deletes key's claim if owner still holds it, so that a
 // retry after a failure before the effect executes. The caller holds s.mu.
-func (s *Server) releaseLocked(key string, owner uint64) {
-	rec, ok := s.records[key]
-	if !ok || rec.state != stateClaimed || rec.owner != owner {
+func (s *layer) releaseLocked(key string, owner uint64) {
+	if !s.ownsLocked(key, owner) {
 		return
 	}
 	delete(s.records, key)
 	s.stats.Released++
 }
 
-// effectLocked counts one business effect and returns its global sequence
-// number. The caller holds s.mu.
-func (s *Server) effectLocked(key string, body []byte) int {
+// effectLocked counts one business effect of a fixed route, by key and by
+// payload, and returns its global sequence number. The caller holds s.mu.
+func (s *layer) effectLocked(key string, body []byte) int {
+	s.effectsByPayload[sha256.Sum256(body)]++
+	return s.countEffectLocked(key)
+}
+
+// countEffectLocked counts one effect, under key when it is not "", and
+// returns its global sequence number. The caller holds s.mu.
+func (s *layer) countEffectLocked(key string) int {
 	s.stats.Effects++
 	if key != "" {
 		s.effectsByKey[key]++
 	}
-	s.effectsByPayload[sha256.Sum256(body)]++
 	return s.stats.Effects
+}
+
+// ownsLocked reports whether owner still holds key's claim. The caller
+// holds s.mu.
+func (s *layer) ownsLocked(key string, owner uint64) bool {
+	rec, ok := s.records[key]
+	return ok && rec.state == stateClaimed && rec.owner == owner
 }
