@@ -493,8 +493,8 @@ func TestErrorMessage(t *testing.T) {
 	assert.Equal(t, "idem: POST http://h/pay: outcome unknown, not retried: POST without key (1 attempt; last: ambiguous: unexpected EOF)", e.Error())
 	assert.ErrorIs(t, e, io.ErrUnexpectedEOF)
 	e2 := &Error{Method: "GET", URL: "u", Outcome: NotApplied, Attempts: []Attempt{{Class: ClassRejected, Status: 400}, {Class: ClassNotProcessed, Status: 429}}}
-	assert.Equal(t, "idem: GET u: not applied (2 attempts; last: not processed: 429 Too Many Requests)", e2.Error())
-	assert.Equal(t, "idem: GET u: not applied (0 attempts)", (&Error{Method: "GET", URL: "u", Outcome: NotApplied}).Error())
+	assert.Equal(t, "idem: GET u: outcome not_applied (2 attempts; last: not_processed: 429 Too Many Requests)", e2.Error())
+	assert.Equal(t, "idem: GET u: outcome not_applied (0 attempts)", (&Error{Method: "GET", URL: "u", Outcome: NotApplied}).Error())
 }
 
 // TestDoAttemptTimeoutSparesTheBody: the attempt timeout bounds the wait for

@@ -59,6 +59,9 @@ const (
 	numClasses = iota // how many Class values there are, ClassNone included
 )
 
+// String returns c's name, in snake_case: "never_sent", "key_reused". It is
+// the one spelling idem writes for a class in logs, errors, JSON, idemq's
+// output and OpenTelemetry attributes.
 func (c Class) String() string {
 	switch c {
 	case ClassNone:
@@ -66,15 +69,15 @@ func (c Class) String() string {
 	case ClassApplied:
 		return "applied"
 	case ClassAlreadyApplied:
-		return "already applied"
+		return "already_applied"
 	case ClassNeverSent:
-		return "never sent"
+		return "never_sent"
 	case ClassNotProcessed:
-		return "not processed"
+		return "not_processed"
 	case ClassAmbiguous:
 		return "ambiguous"
 	case ClassKeyReused:
-		return "key reused"
+		return "key_reused"
 	case ClassRejected:
 		return "rejected"
 	case ClassInvalid:
@@ -249,6 +252,8 @@ const (
 	ActionExpire
 )
 
+// String returns a's name: "done", "retry", "stop", "hold" or "expire",
+// the one spelling idem writes for an action.
 func (a Action) String() string {
 	switch a {
 	case ActionDone:

@@ -295,7 +295,7 @@ func TestStringers(t *testing.T) {
 		assert.NotContains(t, o.String(), "Outcome(")
 	}
 	var zero Outcome
-	assert.Equal(t, "none yet", zero.String(), "the zero Outcome must not read as Unknown")
+	assert.Equal(t, "none", zero.String(), "the zero Outcome must not read as Unknown")
 	assert.NotEqual(t, Unknown, zero)
 	assert.Equal(t, "Outcome(9)", Outcome(9).String())
 	for _, a := range []Action{ActionDone, ActionRetry, ActionStop} {

@@ -74,7 +74,7 @@ func TestReadmeDecisionDiagram(t *testing.T) {
 // AlreadyApplied.
 func className(c Class) string {
 	var b strings.Builder
-	for _, w := range strings.Fields(c.String()) {
+	for _, w := range strings.Split(c.String(), "_") {
 		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
 	}
 	return b.String()

@@ -40,18 +40,22 @@ const (
 	NotApplied
 )
 
+// String returns o's name, in snake_case: "unknown", "not_applied",
+// "already_applied"; "none" for NoOutcome. It is the one spelling idem
+// writes for an outcome in logs, errors, JSON, idemq's output and
+// OpenTelemetry attributes.
 func (o Outcome) String() string {
 	switch o {
 	case NoOutcome:
-		return "none yet"
+		return "none"
 	case Unknown:
-		return "outcome unknown"
+		return "unknown"
 	case Applied:
 		return "applied"
 	case AlreadyApplied:
-		return "already applied"
+		return "already_applied"
 	case NotApplied:
-		return "not applied"
+		return "not_applied"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
@@ -160,7 +164,7 @@ type Error struct {
 // secret.
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "idem: %s %s: %s", e.Method, redact.RawURL(e.URL), e.Outcome)
+	fmt.Fprintf(&b, "idem: %s %s: outcome %s", e.Method, redact.RawURL(e.URL), e.Outcome)
 	if e.Reason != "" {
 		b.WriteString(", ")
 		b.WriteString(e.Reason)

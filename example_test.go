@@ -119,7 +119,7 @@ func ExampleError() {
 	}
 	fmt.Println(errors.Is(err, idem.ErrOutcomeUnknown), errors.Is(err, idem.ErrNoKey))
 	// Output:
-	// outcome unknown - not retried: POST without key
+	// unknown - not retried: POST without key
 	// true true
 }
 
@@ -284,7 +284,7 @@ func Example_quickStart() {
 	}
 	// Output:
 	// applied 201
-	// not applied 404
+	// not_applied 404
 	// outcome unknown: reconcile
 	// not applied: safe to try again
 }

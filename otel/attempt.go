@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -69,8 +68,8 @@ func attemptAttrs(ai idem.AttemptInfo) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 6)
 	kv = append(kv,
 		method(ai.Method),
-		AttrClass.String(label(a.Class)),
-		AttrAction.String(label(ai.Action)),
+		AttrClass.String(a.Class.String()),
+		AttrAction.String(ai.Action.String()),
 	)
 	if a.Status != 0 { // no response: a status of 0 would be a false series
 		kv = append(kv, semconv.HTTPResponseStatusCode(a.Status))
@@ -144,18 +143,4 @@ func transportErrorType(err error) string {
 		return "tls_certificate"
 	}
 	return errorTypeOther
-}
-
-// label turns the String of one of idem's enums ("not processed") into an
-// attribute value in snake_case ("not_processed"). Working from String
-// rather than a table keeps values idem adds later from being dropped.
-func label(v fmt.Stringer) string { return strings.ReplaceAll(v.String(), " ", "_") }
-
-// outcomeLabel is label for an Outcome, whose Unknown reads "outcome
-// unknown": beside the idem.outcome key, "unknown" is enough.
-func outcomeLabel(o idem.Outcome) string {
-	if o == idem.Unknown {
-		return "unknown"
-	}
-	return label(o)
 }

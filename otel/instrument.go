@@ -71,7 +71,7 @@ func observeStats(c config, stats func() idem.Stats) (metric.Registration, error
 		// Stats leaves zero entries out of its maps, so a series appears with
 		// its first operation; a rate over it still starts at zero.
 		for out, n := range s.Outcomes {
-			o.ObserveInt64(operations, int64(n), c.with(AttrOutcome.String(outcomeLabel(out))))
+			o.ObserveInt64(operations, int64(n), c.with(AttrOutcome.String(out.String())))
 		}
 		o.ObserveInt64(replays, int64(s.Replays), c.with())
 		o.ObserveInt64(refusals, int64(s.BudgetRefusals), c.with())

@@ -36,8 +36,9 @@ const (
 	EventAttempt = "idem.attempt"
 )
 
-// idem's own attribute keys. Their values are the String of idem's enums in
-// snake_case: "not_processed" for idem.ClassNotProcessed. The HTTP ones
+// idem's own attribute keys. Their values are the String of idem's enums,
+// the one spelling idem writes everywhere: "not_processed" for
+// idem.ClassNotProcessed. The HTTP ones
 // (http.request.method, http.response.status_code,
 // http.request.resend_count, error.type) are OpenTelemetry's semantic
 // conventions, as package semconv names them.

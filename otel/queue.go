@@ -45,7 +45,7 @@ func ObserveQueue(q *queue.Queue, opts ...Option) (metric.Registration, error) {
 			return fmt.Errorf("idemotel: %s: %w", MetricQueueRecords, err)
 		}
 		for s, n := range counts {
-			o.ObserveInt64(records, int64(n), c.with(AttrQueueState.String(label(s))))
+			o.ObserveInt64(records, int64(n), c.with(AttrQueueState.String(s.String())))
 		}
 		age, err := q.OldestPending(ctx)
 		if err != nil {

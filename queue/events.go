@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+
+	"github.com/idem-go/idem/redact"
 )
 
 // EventKind says what an Event reports.
@@ -44,24 +50,26 @@ const (
 	EventMovedOn
 )
 
+// String returns k's name, in snake_case: "settled", "lane_held",
+// "offline", "online", "clock_held", "error", "clock_reset", "moved_on".
 func (k EventKind) String() string {
 	switch k {
 	case EventSettled:
 		return "settled"
 	case EventLaneHeld:
-		return "lane held"
+		return "lane_held"
 	case EventOffline:
 		return "offline"
 	case EventOnline:
 		return "online"
 	case EventClockHeld:
-		return "clock held"
+		return "clock_held"
 	case EventError:
 		return "error"
 	case EventClockReset:
-		return "clock reset"
+		return "clock_reset"
 	case EventMovedOn:
-		return "moved on"
+		return "moved_on"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -83,6 +91,66 @@ type Event struct {
 	// store settled Record (Options.NotifyRemote); that process reported
 	// it with Remote false. Metrics count settles whose Remote is false.
 	Remote bool
+}
+
+// String describes e on one line, for a log: its kind, then what it names,
+// as LogValue's attributes do: "settled id=7 state=done outcome=applied
+// lane=payments". Like LogValue, it holds no key, body or URL query.
+func (e Event) String() string {
+	var b strings.Builder
+	b.WriteString(e.Kind.String())
+	for _, a := range e.attrs() {
+		v := a.Value.String()
+		if a.Value.Kind() == slog.KindTime {
+			v = a.Value.Time().UTC().Format(time.RFC3339Nano)
+		}
+		if strings.IndexFunc(v, func(r rune) bool { return r <= ' ' || r == '"' || r == '=' || !unicode.IsPrint(r) }) >= 0 {
+			v = strconv.Quote(v)
+		}
+		fmt.Fprintf(&b, " %s=%s", a.Key, v)
+	}
+	return b.String()
+}
+
+// LogValue makes e a group of attributes for log/slog: "kind", and those of
+// its kind: "id", "state", "outcome", "lane", "in_doubt", "attempts" and
+// "remote" of a settled record, "lane" of a held one, "error", and
+// "old_mark" and "new_mark" of a clock reset. Names and values are spelt as
+// everywhere in idem (State.String, idem.Outcome.String); the error is
+// redacted as Record.LastError is.
+func (e Event) LogValue() slog.Value {
+	return slog.GroupValue(append([]slog.Attr{slog.String("kind", e.Kind.String())}, e.attrs()...)...)
+}
+
+// attrs are e's attributes after its kind.
+func (e Event) attrs() []slog.Attr {
+	var as []slog.Attr
+	if r := e.Record; r != nil {
+		as = append(as, slog.Uint64("id", uint64(r.ID)), slog.String("state", r.State.String()))
+		if r.Outcome != 0 {
+			as = append(as, slog.String("outcome", r.Outcome.String()))
+		}
+		if r.Intent != nil {
+			as = append(as, slog.String("lane", r.Intent.Lane()))
+		}
+		as = append(as, slog.Int("attempts", r.NumAttempts))
+		if r.InDoubt {
+			as = append(as, slog.Bool("in_doubt", true))
+		}
+		if e.Remote {
+			as = append(as, slog.Bool("remote", true))
+		}
+	}
+	if e.Lane != "" {
+		as = append(as, slog.String("lane", e.Lane))
+	}
+	if e.Err != nil {
+		as = append(as, slog.String("error", redact.Error(e.Err)))
+	}
+	if !e.OldMark.IsZero() || !e.NewMark.IsZero() {
+		as = append(as, slog.Time("old_mark", e.OldMark), slog.Time("new_mark", e.NewMark))
+	}
+	return as
 }
 
 // settled tells the waiters and Notify that r settled, here or, if remote,

@@ -46,12 +46,15 @@ const (
 	Expired
 )
 
+// String returns s's name, in snake_case: "pending", "in_flight", "done",
+// "failed" or "expired", the one spelling idem writes for a state in JSON,
+// idemq's output and arguments, and OpenTelemetry attributes.
 func (s State) String() string {
 	switch s {
 	case Pending:
 		return "pending"
 	case InFlight:
-		return "in flight"
+		return "in_flight"
 	case Done:
 		return "done"
 	case Failed:
@@ -99,7 +102,7 @@ type Record struct {
 	State State
 	// Outcome is what is known of the operation once the record is settled:
 	// Applied, AlreadyApplied, NotApplied or Unknown. Until then it is
-	// idem.NoOutcome ("none yet"), never to be read as Unknown.
+	// idem.NoOutcome ("none"), never to be read as Unknown.
 	Outcome idem.Outcome
 	// NumAttempts counts the attempts leased so far.
 	NumAttempts int

@@ -77,7 +77,7 @@ func (a *app) lsCommand() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringSliceVar(&states, "state", nil, "only records in these states: pending, inflight, done, failed, expired")
+	fl.StringSliceVar(&states, "state", nil, "only records in these states: pending, in_flight, done, failed, expired")
 	fl.StringVar(&lane, "lane", "", "only records of this lane (\"\" for the default lane)")
 	fl.DurationVar(&f.olderThan, "older-than", 0, "only records enqueued at least this long ago, e.g. 1h")
 	fl.IntVar(&f.limit, "limit", 0, "list at most this many records (0: all)")
@@ -136,7 +136,7 @@ func (a *app) lsTable(recs []*queue.Record) error {
 			age = fmtAge(now.Sub(r.EnqueuedAt))
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
-			v.ID, v.State, v.Outcome, laneName(v.Lane), age, v.Attempts, request, last(v))
+			v.ID, v.State, outcomeCell(v.Outcome), laneName(v.Lane), age, v.Attempts, request, last(v))
 	}
 	return w.Flush()
 }
@@ -145,7 +145,7 @@ func (a *app) lsTable(recs []*queue.Record) error {
 func last(v recordView) string {
 	var parts []string
 	if v.LastClass != "" {
-		parts = append(parts, strings.ReplaceAll(v.LastClass, " ", "-"))
+		parts = append(parts, v.LastClass)
 	}
 	if v.LastStatus != 0 {
 		parts = append(parts, fmt.Sprint(v.LastStatus))
@@ -172,4 +172,12 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args)
 	}
 	return nil
+}
+
+// outcomeCell is the outcome in a table cell: "-" until the record settles.
+func outcomeCell(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return *s
 }

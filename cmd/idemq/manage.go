@@ -63,7 +63,7 @@ func (a *app) discard(ctx context.Context, q *queue.Queue, id queue.ID) error {
 	if err := q.Discard(ctx, id); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "discarded %d (%s)\n", id, stateName(r.State))
+	fmt.Fprintf(a.stdout, "discarded %d (%s)\n", id, r.State)
 	if r.State == queue.Pending && !r.FirstSentAt.IsZero() {
 		fmt.Fprintf(a.stderr, "idemq: warning: %d may have reached the server (first sent %s): its outcome is unknown, reconcile it there\n",
 			id, r.FirstSentAt.UTC().Format(time.RFC3339))

@@ -52,7 +52,8 @@ func TestResubmit(t *testing.T) {
 
 	failed := listed(t, ok(t, file, "ls", "--json", "--state", "failed"))
 	require.Len(t, failed, 1)
-	assert.Equal(t, "not-applied", failed[0].Outcome)
+	require.NotNil(t, failed[0].Outcome)
+	assert.Equal(t, "not_applied", *failed[0].Outcome)
 	assert.Equal(t, 400, failed[0].LastStatus)
 	assert.Equal(t, 400, failed[0].Result.Status)
 
@@ -82,7 +83,8 @@ func TestResubmitUnknownNeedsForce(t *testing.T) {
 
 	var v recordView
 	require.NoError(t, jsonOf(ok(t, file, "show", "--json", ids[0].String()), &v))
-	require.Equal(t, "unknown", v.Outcome)
+	require.NotNil(t, v.Outcome)
+	require.Equal(t, "unknown", *v.Outcome)
 	assert.True(t, v.InDoubt)
 
 	r = idemq(t, nil, "--file", file, "resubmit", ids[0].String())

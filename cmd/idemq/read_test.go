@@ -76,7 +76,7 @@ func TestLsJSONAndFilters(t *testing.T) {
 
 	v := listed(t, ok(t, file, "ls", "--json", "--limit", "1"))[0]
 	assert.Equal(t, "pending", v.State)
-	assert.Equal(t, "-", v.Outcome)
+	assert.Nil(t, v.Outcome, "null until the record settles")
 	assert.Equal(t, "payments", v.Lane)
 	assert.Equal(t, "POST", v.Method)
 	assert.Equal(t, "http://127.0.0.1:1/pay", v.URL)
@@ -131,7 +131,7 @@ func TestStats(t *testing.T) {
 		intent(t, secretURL, "b"),
 	)
 	r := ok(t, file, "stats")
-	for _, want := range []string{"pending:", "inflight:", "done:", "failed:", "expired:", "total:", "oldest pending:", "horizon at risk: 0 within 1h0m0s (retention 24h0m0s, margin 1h0m0s)"} {
+	for _, want := range []string{"pending:", "in_flight:", "done:", "failed:", "expired:", "total:", "oldest pending:", "horizon at risk: 0 within 1h0m0s (retention 24h0m0s, margin 1h0m0s)"} {
 		assert.Contains(t, r.stdout, want)
 	}
 	assert.Regexp(t, `(?m)^pending:\s+2$`, r.stdout)
@@ -139,7 +139,7 @@ func TestStats(t *testing.T) {
 
 	var v statsView
 	require.NoError(t, json.Unmarshal([]byte(ok(t, file, "stats", "--json").stdout), &v))
-	assert.Equal(t, map[string]int{"pending": 2, "inflight": 0, "done": 0, "failed": 0, "expired": 0}, v.Counts)
+	assert.Equal(t, map[string]int{"pending": 2, "in_flight": 0, "done": 0, "failed": 0, "expired": 0}, v.Counts)
 	assert.Equal(t, 2, v.Total)
 	assert.Greater(t, v.OldestPending, 0.0)
 	assert.Empty(t, v.Horizon.AtRisk, "records never sent have no horizon")

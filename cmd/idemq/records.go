@@ -17,26 +17,15 @@ func allStates() []queue.State {
 	return []queue.State{queue.Pending, queue.InFlight, queue.Done, queue.Failed, queue.Expired}
 }
 
-// stateName is the name idemq reads and prints for s: one word, so that a
-// table column or a shell argument holds it.
-func stateName(s queue.State) string {
-	if s == queue.InFlight {
-		return "inflight" // State.String says "in flight"
-	}
-	return s.String()
-}
-
-// parseStates reads a comma-separated list of state names.
+// parseStates reads a comma-separated list of state names, as
+// State.String spells them.
 func parseStates(list []string) ([]queue.State, error) {
 	var out []queue.State
 	for _, name := range list {
 		name = strings.ToLower(strings.TrimSpace(name))
-		if name == "in-flight" || name == "in flight" {
-			name = "inflight"
-		}
-		i := slices.IndexFunc(allStates(), func(s queue.State) bool { return stateName(s) == name })
+		i := slices.IndexFunc(allStates(), func(s queue.State) bool { return s.String() == name })
 		if i < 0 {
-			return nil, usagef("--state %q: want pending, inflight, done, failed or expired", name)
+			return nil, usagef("--state %q: want pending, in_flight, done, failed or expired", name)
 		}
 		if s := allStates()[i]; !slices.Contains(out, s) {
 			out = append(out, s)
@@ -45,21 +34,14 @@ func parseStates(list []string) ([]queue.State, error) {
 	return out, nil
 }
 
-// outcomeName is the one-word name of o; "-" until the record settles.
-func outcomeName(o idem.Outcome) string {
-	switch o {
-	case idem.NoOutcome:
-		return "-"
-	case idem.Unknown:
-		return "unknown"
-	case idem.Applied:
-		return "applied"
-	case idem.AlreadyApplied:
-		return "already-applied"
-	case idem.NotApplied:
-		return "not-applied"
+// outcomeName is o's name, as Outcome.String spells it; nil until the record
+// settles (JSON null).
+func outcomeName(o idem.Outcome) *string {
+	if o == idem.NoOutcome {
+		return nil
 	}
-	return o.String()
+	name := o.String()
+	return &name
 }
 
 // parseID reads a record ID as the queue prints it.
@@ -77,7 +59,7 @@ func parseID(s string) (queue.ID, error) {
 type recordView struct {
 	ID      queue.ID `json:"id"`
 	State   string   `json:"state"`
-	Outcome string   `json:"outcome"`
+	Outcome *string  `json:"outcome"` // nil until the record settles
 	Lane    string   `json:"lane"`
 	Method  string   `json:"method,omitempty"`
 	URL     string   `json:"url,omitempty"`
@@ -118,7 +100,7 @@ type resultView struct {
 
 func viewOf(r *queue.Record) recordView {
 	v := recordView{
-		ID: r.ID, State: stateName(r.State), Outcome: outcomeName(r.Outcome),
+		ID: r.ID, State: r.State.String(), Outcome: outcomeName(r.Outcome),
 		Attempts: r.NumAttempts, InDoubt: r.InDoubt,
 		LastStatus: r.LastStatus, ResubmittedAs: r.ResubmittedAs, Damaged: r.Damaged,
 		EnqueuedAt: timeOrNil(r.EnqueuedAt), FirstSentAt: timeOrNil(r.FirstSentAt),

@@ -17,8 +17,9 @@ func TestParseStates(t *testing.T) {
 		{nil, nil, false},
 		{[]string{"pending"}, []queue.State{queue.Pending}, false},
 		{[]string{"Failed", " expired", "failed"}, []queue.State{queue.Failed, queue.Expired}, false},
-		{[]string{"in-flight"}, []queue.State{queue.InFlight}, false},
-		{[]string{"inflight"}, []queue.State{queue.InFlight}, false},
+		{[]string{"in-flight"}, nil, true},
+		{[]string{"in_flight"}, []queue.State{queue.InFlight}, false},
+		{[]string{"inflight"}, nil, true},
 		{[]string{"lost"}, nil, true},
 	}
 	for _, tt := range tests {

@@ -54,7 +54,7 @@ func (a *app) showText(v recordView) error {
 	}
 	line("id", "%d", v.ID)
 	line("state", "%s", v.State)
-	line("outcome", "%s", v.Outcome)
+	line("outcome", "%s", outcomeCell(v.Outcome))
 	line("lane", "%s", laneName(v.Lane))
 	if v.Method != "" {
 		line("request", "%s %s", v.Method, v.URL)

@@ -108,7 +108,7 @@ func (a *app) stats(ctx context.Context, q *queue.Queue, h horizonFlags, within 
 		return v, err
 	}
 	for _, s := range allStates() {
-		v.Counts[stateName(s)] = counts[s]
+		v.Counts[s.String()] = counts[s]
 		v.Total += counts[s]
 	}
 	oldest, err := q.OldestPending(ctx)
@@ -143,7 +143,7 @@ func (a *app) statsText(v statsView) error {
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 1, ' ', 0)
 	fmt.Fprintf(w, "file:\t%s\n", printable(v.File))
 	for _, s := range allStates() {
-		fmt.Fprintf(w, "%s:\t%d\n", stateName(s), v.Counts[stateName(s)])
+		fmt.Fprintf(w, "%s:\t%d\n", s, v.Counts[s.String()])
 	}
 	fmt.Fprintf(w, "total:\t%d\n", v.Total)
 	oldest := "-"

@@ -31,10 +31,10 @@ func TestRun(t *testing.T) {
 
 	text := out.String()
 	assert.Contains(t, text, "started again on the same file: 13 readings pending, 0 settled")
-	assert.Contains(t, text, "queue: r-00 expired, outcome unknown: past the horizon")
+	assert.Contains(t, text, "queue: r-00 expired, unknown: past the horizon")
 	// r-00: expired, one request seen by the server (before the outage), one
 	// effect; every other reading done, with one effect.
-	assert.Regexp(t, `(?m)^r-00\s+door\s+expired, outcome unknown\s+\d+\s+1\s+1$`, text)
+	assert.Regexp(t, `(?m)^r-00\s+door\s+expired, unknown\s+\d+\s+1\s+1$`, text)
 	assert.Len(t, regexp.MustCompile(`(?m)^r-\d\d\s+\w+\s+done, applied( \(replayed\))?\s+\d+\s+\d+\s+1$`).FindAllString(text, -1), 12, "readings done")
 	assert.Len(t, regexp.MustCompile(`(?m)^r-\d\d\s+\w+\s+done, applied \(replayed\)`).FindAllString(text, -1), 2, "readings answered from the server's store after a dropped answer")
 }
