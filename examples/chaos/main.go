@@ -4,6 +4,13 @@
 // an outage and a restart. It then asks the server how many times each
 // payment took effect and compares that with what each client reported.
 //
+// idem's rows act on each outcome as README's outcome contract tells an
+// application to: a NotApplied payment is sent again as a new intent, an
+// Unknown one is resumed under its key (Client.Resume), each a bounded number
+// of times. The table counts the payments that needed either, and judges
+// every NotApplied idem reported on the way against the server's effects
+// under that key.
+//
 // Run it with no arguments; flags change the size, seed and fault rates:
 //
 //	go run ./examples/chaos
@@ -18,8 +25,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +48,15 @@ type config struct {
 	delay      time.Duration // how long a slow request holds the server
 	refuse     float64       // share of dials refused
 	faults     []faultRate   // in flag order
+	// queueAttempts is the queue's Options.MaxAttempts: 0, no limit but
+	// the horizon, as a device's queue would run.
+	queueAttempts int
+	// roughStart, above 0, makes each scene's server start rough: it
+	// answers its first roughStart requests 429, then applies the next
+	// roughStart and answers them 500, before the random faults take
+	// over. No flag sets it: a test does, so that some payments certainly
+	// end NotApplied and some Unknown.
+	roughStart int
 }
 
 // faultRate is the share of requests that meet one fault.
@@ -64,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 250*time.Millisecond, "per-attempt timeout of every client")
 	fs.DurationVar(&c.delay, "delay", 600*time.Millisecond, "how long a slow request holds the server")
 	fs.Float64Var(&c.refuse, "refuse", 0.10, "share of connections refused")
+	fs.IntVar(&c.queueAttempts, "queue-attempts", 0, "attempts per queued payment before its record fails (0: no limit)")
 	flags := []struct {
 		fault idemtest.Fault
 		name  string
@@ -101,6 +121,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("chaos: -n is %d, want at least 1", c.n)
 	case c.workers < 1:
 		return c, fmt.Errorf("chaos: -workers is %d, want at least 1", c.workers)
+	case c.queueAttempts < 0:
+		return c, fmt.Errorf("chaos: -queue-attempts is %d, want 0 or more", c.queueAttempts)
 	case c.timeout <= 0:
 		return c, fmt.Errorf("chaos: -timeout is %v, want more than 0", c.timeout)
 	case c.delay <= 0:
@@ -132,8 +154,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	printTable(stdout, rows)
 	fmt.Fprintf(stdout, "\n(%.1fs)\n", time.Since(start).Seconds())
-	fmt.Fprintf(stdout, "idem: intents=%d applied=%d duplicates=%d lost=%d misreported=%d unknown=%d\n",
-		total.intents, total.applied, total.duplicates, total.lost, total.misreported, total.unknown)
+	fmt.Fprintf(stdout, "idem: intents=%d applied=%d duplicates=%d lost=%d misreported=%d unknown=%d resumed=%d resent=%d\n",
+		total.intents, total.applied, total.duplicates, total.lost, total.misreported, total.unknown, total.resumed, total.resent)
 	if total.duplicates > 0 || total.misreported > 0 {
 		return 1
 	}
@@ -157,10 +179,27 @@ const (
 	saidUnknown
 )
 
+// report is what a client told its caller about one payment, and what the
+// application did on the way there.
+type report struct {
+	verdict verdict // the last word
+	// resumed and resent report that the application called Client.Resume
+	// after an Unknown, or sent the payment again as a new intent after a
+	// NotApplied.
+	resumed, resent bool
+	// notApplied holds the key of every intent idem said NotApplied of, the
+	// last word or not: the server must have no effect under any of them.
+	notApplied []string
+}
+
 // row is one client's line in the table.
 type row struct {
 	name                                                           string
 	intents, applied, duplicates, lost, misreported, unknown, sent int
+	// resumed and resent count the payments that needed a Resume or a
+	// resend; idiom marks the rows whose application does either.
+	resumed, resent int
+	idiom           bool
 }
 
 // plus returns r with o's counts added.
@@ -172,28 +211,34 @@ func (r row) plus(o row) row {
 	r.misreported += o.misreported
 	r.unknown += o.unknown
 	r.sent += o.sent
+	r.resumed += o.resumed
+	r.resent += o.resent
 	return r
 }
 
 // scene runs every payment through one client against a fresh faulty
 // server, then compares the client's verdicts with the server's counts.
 func scene(ctx context.Context, cfg config, k clientKind) (row, error) {
+	faults := idemtest.RandomFaults(cfg.seed, cfg.rates())
+	if cfg.roughStart > 0 {
+		faults = roughly(cfg.roughStart, faults)
+	}
 	srv := idemtest.New(idemtest.Options{
 		Delay:      cfg.delay,
-		Faults:     idemtest.RandomFaults(cfg.seed, cfg.rates()),
+		Faults:     faults,
 		RefuseDial: idemtest.RandomRefusals(cfg.seed, cfg.refuse),
 	})
 	if err := srv.Start(); err != nil {
 		return row{}, fmt.Errorf("chaos: starting the server: %w", err)
 	}
 	defer srv.Close()
-	verdicts, err := k.send(ctx, srv, cfg)
+	reports, err := k.send(ctx, srv, cfg)
 	if err != nil {
 		return row{}, err
 	}
 
-	r := row{name: k.name, intents: cfg.n, sent: srv.Requests()}
-	for i, v := range verdicts {
+	r := row{name: k.name, intents: cfg.n, sent: srv.Requests(), idiom: k.idem}
+	for i, rep := range reports {
 		effects := srv.EffectsForPayload(payment(i))
 		switch {
 		case effects == 1:
@@ -203,14 +248,48 @@ func scene(ctx context.Context, cfg config, k clientKind) (row, error) {
 		default:
 			r.lost++
 		}
-		switch {
+		switch v := rep.verdict; {
 		case v == saidUnknown:
 			r.unknown++
-		case v == saidApplied && effects == 0, v == saidFailed && effects > 0:
+		case v == saidApplied && effects == 0, v == saidFailed && effects > 0, appliedUnder(srv, rep.notApplied):
 			r.misreported++
+		}
+		if rep.resumed {
+			r.resumed++
+		}
+		if rep.resent {
+			r.resent++
 		}
 	}
 	return r, nil
+}
+
+// faultFunc is the type of idemtest.Options.Faults.
+type faultFunc = func(r *http.Request, key string, seen int) idemtest.Fault
+
+// roughly returns faults preceded by a rough start: the first n requests
+// answered 429, the next n applied and answered 500.
+func roughly(n int, faults faultFunc) faultFunc {
+	var requests atomic.Int64
+	return func(r *http.Request, key string, seen int) idemtest.Fault {
+		switch i := requests.Add(1); {
+		case i <= int64(n):
+			return idemtest.Fault429
+		case i <= 2*int64(n):
+			return idemtest.Fault500AfterEffect
+		}
+		return faults(r, key, seen)
+	}
+}
+
+// appliedUnder reports whether srv took effect under any of keys.
+func appliedUnder(srv *idemtest.Server, keys []string) bool {
+	for _, k := range keys {
+		if srv.EffectsForKey(k) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func payment(i int) []byte {
@@ -219,10 +298,14 @@ func payment(i int) []byte {
 
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "client\tintents\tapplied once\tduplicated\tlost\tmisreported\tunknown\trequests\t")
+	fmt.Fprintln(tw, "client\tintents\tapplied once\tduplicated\tlost\tmisreported\tunknown\tresumed\tresent\trequests\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
-			r.name, r.intents, r.applied, r.duplicates, r.lost, r.misreported, r.unknown, r.sent)
+		resumed, resent := "-", "-"
+		if r.idiom {
+			resumed, resent = strconv.Itoa(r.resumed), strconv.Itoa(r.resent)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t\n",
+			r.name, r.intents, r.applied, r.duplicates, r.lost, r.misreported, r.unknown, resumed, resent, r.sent)
 	}
 	tw.Flush()
 }

@@ -34,8 +34,8 @@ const (
 // server comes back with its faults, and part-way through the drain, with
 // attempts in flight, the queue is closed and opened again on the same file,
 // as a restarted process would. Each payment's verdict is its record's
-// settled state.
-func queued(ctx context.Context, srv *idemtest.Server, cfg config) ([]verdict, error) {
+// settled state, once the application has acted on it (see settle).
+func queued(ctx context.Context, srv *idemtest.Server, cfg config) ([]report, error) {
 	ctx, cancel := context.WithTimeout(ctx, queueLimit)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "idem-chaos-")
@@ -53,15 +53,75 @@ func queued(ctx context.Context, srv *idemtest.Server, cfg config) ([]verdict, e
 	if err != nil {
 		return nil, err
 	}
-	verdicts := make([]verdict, cfg.n)
-	for i, id := range ids {
-		rec, err := d.q.Wait(ctx, id)
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("chaos: queue scene: waiting for payment %d (record %v): %w", i, id, err), d.stop())
-		}
-		verdicts[i] = verdictOf(rec)
+	// The application's own client, for Resume: the queue's sends go through
+	// the queue.
+	c := &idem.Client{
+		HTTPClient: &http.Client{Transport: d.tr},
+		Policy:     idem.Policy{AttemptTimeout: cfg.timeout},
 	}
-	return verdicts, d.stop()
+	reports := make([]report, cfg.n)
+	errs := make([]error, cfg.n)
+	inParallel(cfg.n, cfg.workers, func(i int) {
+		reports[i], errs[i] = settle(ctx, d.q, c, ids[i])
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("chaos: queue scene: payment %d (record %v): %w", i, ids[i], errs[i])
+		}
+	})
+	return reports, errors.Join(errors.Join(errs...), d.stop())
+}
+
+// settle waits for record id and acts on its outcome as README tells an
+// application to: a record that failed or expired NotApplied because its
+// attempts never got through is resubmitted, a new intent; one that failed
+// Unknown is resumed under its key with c. A record that expired Unknown is
+// past the horizon, where a resend under its key may be a new operation to
+// the server: it stays unknown, for a person to reconcile.
+func settle(ctx context.Context, q *queue.Queue, c *idem.Client, id queue.ID) (report, error) {
+	var rep report
+	for round := 0; ; round++ {
+		rec, err := q.Wait(ctx, id)
+		if err != nil {
+			return rep, err
+		}
+		rep.verdict = verdictOf(rec)
+		switch {
+		case rec.State == queue.Failed && rec.Outcome == idem.Unknown && !rec.Damaged:
+			rep.verdict, rep.resumed = resume(ctx, c, rec)
+			return rep, nil
+		case rec.Outcome != idem.NotApplied:
+			return rep, nil
+		}
+		rep.notApplied = append(rep.notApplied, rec.Intent.Key())
+		if round == maxResends || !neverGotThrough(rec) {
+			return rep, nil
+		}
+		if id, err = q.Resubmit(ctx, id); err != nil {
+			return rep, err
+		}
+		rep.resent = true
+	}
+}
+
+// neverGotThrough reports whether a NotApplied record ended on an attempt
+// that sending again may cure: one never sent, or one the server did not
+// process (429 and the like). A rejection would come back until the request
+// changes.
+func neverGotThrough(r *queue.Record) bool {
+	return r.LastClass == idem.ClassNeverSent || r.LastClass == idem.ClassNotProcessed
+}
+
+// resume runs a record that failed Unknown again under its key, as
+// Client.Resume after a Do that ended Unknown, at most maxResumes times. It
+// returns what the last run says, and whether there was one.
+func resume(ctx context.Context, c *idem.Client, rec *queue.Record) (v verdict, resumed bool) {
+	in := rec.Intent
+	var res *idem.Result
+	var err error = &idem.Error{Method: in.Method(), URL: in.URL(), Outcome: idem.Unknown, Reason: rec.Reason}
+	for r := 0; r < maxResumes && errors.Is(err, idem.ErrOutcomeUnknown) && pause(ctx); r++ {
+		res, err = c.Resume(ctx, in, err)
+		resumed = true
+	}
+	return verdictOfRun(res, err), resumed
 }
 
 // queueThroughOutage enqueues the payments while srv is down and brings srv
@@ -104,10 +164,11 @@ type drainer struct {
 func startQueue(ctx context.Context, path string, srv *idemtest.Server, cfg config, notify func(queue.Event)) (*drainer, error) {
 	tr := transport(srv, cfg)
 	q, err := queue.Open(path, queue.Options{
-		Client:  &idem.Client{HTTPClient: &http.Client{Transport: tr}},
-		Workers: cfg.workers,
-		Policy:  idem.Policy{AttemptTimeout: cfg.timeout, BaseDelay: queueRetryBase, MaxDelay: queueRetryMax},
-		Notify:  notify,
+		Client:      &idem.Client{HTTPClient: &http.Client{Transport: tr}},
+		Workers:     cfg.workers,
+		MaxAttempts: cfg.queueAttempts,
+		Policy:      idem.Policy{AttemptTimeout: cfg.timeout, BaseDelay: queueRetryBase, MaxDelay: queueRetryMax},
+		Notify:      notify,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: queue scene: %w", err)
