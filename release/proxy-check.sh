@@ -23,6 +23,8 @@ trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 cache="$(go env GOMODCACHE)/cache/download"
 
 step() { echo "proxy-check: $*"; }
+# quiet CMD...: run CMD, showing what it printed only if it fails.
+quiet() { "$@" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; echo "proxy-check: failed: $*" >&2; return 1; }; }
 
 dirs=()
 while read -r dir; do dirs+=("$dir"); done < <(grep -v '^\s*\(#\|$\)' "$here/modules")
@@ -43,7 +45,7 @@ for dir in "${dirs[@]}"; do
 	path="$module_root"
 	[[ "$dir" == . ]] || path="$module_root/$dir"
 	[[ "$dir" == cmd/* ]] && continue # commands are installed, below
-	go get "$path@$version"
+	quiet go get "$path@$version"
 	imports+=("$path")
 	got="$(go list -m -f '{{.Version}} {{.Dir}}' "$path")"
 	[[ "$got" == "$version $GOMODCACHE/"* ]] || { echo "proxy-check: $path resolved to $got, not $version from the proxy" >&2; exit 1; }
@@ -55,18 +57,18 @@ done
 	echo
 	echo "func main() {}"
 } >main.go
-go build -o /dev/null .
+quiet go build -o /dev/null .
 step "go get and build in a scratch module: ${imports[*]}"
 
 for dir in "${dirs[@]}"; do
 	[[ "$dir" == cmd/* ]] || continue
 	name="$(basename "$dir")"
-	(cd "$tmp" && GOBIN="$tmp/bin" go install "$module_root/$dir@$version")
-	help="$("$tmp/bin/$name" -h 2>&1)"
+	(cd "$tmp" && export GOBIN="$tmp/bin" && quiet go install "$module_root/$dir@$version")
+	help="$("$tmp/bin/$name" -h 2>&1)" || { echo "$help" >&2; echo "proxy-check: $name -h failed" >&2; exit 1; }
 	if [[ "$name" == idemq ]]; then
 		for want in "Available Commands:" " ls " " show " " drain "; do
 			[[ "$help" == *"$want"* ]] || { echo "proxy-check: idemq -h does not name \"$want\":" >&2; echo "$help" >&2; exit 1; }
 		done
 	fi
-	step "go install $module_root/$dir@$version; $name -h: $(grep -c '^  [a-z]' <<<"$help") commands"
+	step "go install $module_root/$dir@$version; $name -h names $(awk '/^Available Commands:/ { f = 1; next } f && /^$/ { exit } f' <<<"$help" | wc -l) commands"
 done
