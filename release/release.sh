@@ -14,8 +14,9 @@
 # made of the tags, as a user fetches it. A proof that fails removes the tags.
 # Nothing is pushed: the script prints the push command.
 #
-# A VERSION already tagged at HEAD is only proved again (so the dry run stays
-# green on the released commit).
+# A VERSION already tagged at HEAD is only proved again. A VERSION tagged at
+# another commit is refused, except by the dry run, which moves the tags in its
+# clone, so that it proves HEAD whatever is tagged.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -116,7 +117,9 @@ release() { # release VERSION, in this repository
 		die "the proof of $v failed; the tags are removed, the commit is left"
 	fi
 	echo "release: $v tagged and proved: ${tags[*]}"
-	echo "release: publish with: git push origin HEAD ${tags[*]}"
+	if [[ -z "${RELEASE_DRY_RUN:-}" ]]; then
+		echo "release: publish with: git push origin HEAD ${tags[*]}"
+	fi
 }
 
 mode=release
@@ -139,10 +142,20 @@ dry-run)
 	tmp="$(mktemp -d)"
 	trap 'rm -rf "$tmp"' EXIT
 	git clone -q "$root" "$tmp/repo"
+	# A version already released, at an earlier commit, is released again in
+	# the clone from HEAD: the dry run proves what HEAD would give users.
+	for dir in $(published_dirs); do
+		tag="$(tag_of "$dir" "$version")"
+		if git -C "$tmp/repo" rev-parse -q --verify "refs/tags/$tag" >/dev/null &&
+			[[ "$(git -C "$tmp/repo" rev-parse "$tag^{commit}")" != "$(git -C "$tmp/repo" rev-parse HEAD)" ]]; then
+			echo "release: $tag is tagged at an earlier commit; the dry run tags HEAD in its clone (set the next version with --set)" >&2
+			git -C "$tmp/repo" tag -d "$tag" >/dev/null
+		fi
+	done
 	# A clone on a machine with no git identity can still commit and tag.
 	export GIT_AUTHOR_NAME="${GIT_AUTHOR_NAME:-release dry run}" GIT_AUTHOR_EMAIL="${GIT_AUTHOR_EMAIL:-release@localhost}"
 	export GIT_COMMITTER_NAME="${GIT_COMMITTER_NAME:-release dry run}" GIT_COMMITTER_EMAIL="${GIT_COMMITTER_EMAIL:-release@localhost}"
-	bash "$tmp/repo/release/release.sh" "$version"
+	RELEASE_DRY_RUN=1 bash "$tmp/repo/release/release.sh" "$version"
 	echo "release: dry run of $version passed (nothing changed here)"
 	;;
 esac
