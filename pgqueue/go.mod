@@ -6,7 +6,7 @@ replace github.com/idem-go/idem => ..
 
 require (
 	github.com/google/uuid v1.6.0
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/stretchr/testify v1.12.1
 )

@@ -3,8 +3,8 @@ module github.com/idem-go/idem/examples/fleet
 go 1.26
 
 require (
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/pgqueue v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/pgqueue v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/stretchr/testify v1.12.1
 )

@@ -3,8 +3,8 @@ module github.com/idem-go/idem/examples/otel
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/otel v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/otel v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
