@@ -5,7 +5,9 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/pgqueue"
@@ -31,6 +33,7 @@ func (a *app) openPG(opts queue.Options, drains bool) (*pgQueue, error) {
 	if err != nil {
 		return nil, a.dsnError(err)
 	}
+	boundConnect(cfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(a.ctx, cfg)
 	if err != nil {
 		return nil, a.dsnError(err)
@@ -38,10 +41,26 @@ func (a *app) openPG(opts queue.Options, drains bool) (*pgQueue, error) {
 	opts.KeepSettled = keepAll
 	q, err := pgqueue.New(a.ctx, pool, pgqueue.Options{Options: opts, NoListen: !drains})
 	if err != nil {
+		err = a.dsnError(err)
+		if have, known, verr := a.versions(pool); verr == nil && have < known {
+			err = fmt.Errorf("%w (idemq migrate brings the tables from version %d to %d)", err, have, known)
+		}
 		pool.Close()
-		return nil, a.dsnError(err)
+		return nil, err
 	}
 	return &pgQueue{q: q, pool: pool}, nil
+}
+
+// connectTimeout bounds connecting when the DSN sets no connect_timeout:
+// pgx would otherwise wait as long as the network does for a server that
+// does not answer.
+const connectTimeout = 10 * time.Second
+
+// boundConnect gives cfg connectTimeout unless the DSN set one.
+func boundConnect(cfg *pgx.ConnConfig) {
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
 }
 
 // Close closes the queue, then its pool.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -47,16 +48,17 @@ upgrades): migrate as part of a fleet's upgrade, not before.`,
 }
 
 func (a *app) migrate(check bool) error {
-	conn, err := pgx.Connect(a.ctx, a.dsn)
+	cfg, err := pgx.ParseConfig(a.dsn)
+	if err != nil {
+		return a.dsnError(err)
+	}
+	boundConnect(cfg)
+	conn, err := pgx.ConnectConfig(a.ctx, cfg)
 	if err != nil {
 		return a.dsnError(err)
 	}
 	defer conn.Close(a.ctx)
-	known, err := knownVersion()
-	if err != nil {
-		return err
-	}
-	have, err := tablesVersion(a, conn)
+	have, known, err := a.versions(conn)
 	if err != nil {
 		return a.dsnError(err)
 	}
@@ -75,7 +77,7 @@ func (a *app) migrate(check bool) error {
 	if err := pgqueue.Migrate(a.ctx, conn); err != nil {
 		return a.dsnError(err)
 	}
-	after, err := tablesVersion(a, conn)
+	after, err := a.tablesVersion(conn)
 	if err != nil {
 		return a.dsnError(err)
 	}
@@ -93,17 +95,32 @@ func knownVersion() (int, error) {
 	return len(names), nil
 }
 
+// querier runs a query: a *pgx.Conn or a *pgxpool.Pool.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// versions returns the version of the tables in db and the version this
+// idemq knows.
+func (a *app) versions(db querier) (have, known int, err error) {
+	if known, err = knownVersion(); err != nil {
+		return 0, 0, err
+	}
+	have, err = a.tablesVersion(db)
+	return have, known, err
+}
+
 // tablesVersion reads the version of the queue's tables; 0 when they are
 // not there.
-func tablesVersion(a *app, conn *pgx.Conn) (int, error) {
+func (a *app) tablesVersion(db querier) (int, error) {
 	var exists bool
-	if err := conn.QueryRow(a.ctx, "SELECT to_regclass('idem_queue_migrations') IS NOT NULL").Scan(&exists); err != nil {
+	if err := db.QueryRow(a.ctx, "SELECT to_regclass('idem_queue_migrations') IS NOT NULL").Scan(&exists); err != nil {
 		return 0, err
 	}
 	if !exists {
 		return 0, nil
 	}
 	var v int
-	err := conn.QueryRow(a.ctx, "SELECT coalesce(max(version), 0) FROM idem_queue_migrations").Scan(&v)
+	err := db.QueryRow(a.ctx, "SELECT coalesce(max(version), 0) FROM idem_queue_migrations").Scan(&v)
 	return v, err
 }

@@ -115,6 +115,7 @@ func TestMigrate(t *testing.T) {
 	r := idemq(t, noEnv, "--dsn", dsn, "ls")
 	assert.Equal(t, exitError, r.code, "no tables yet")
 	assert.Contains(t, r.stderr, "call Migrate first")
+	assert.Contains(t, r.stderr, "(idemq migrate brings the tables from version 0 to "+itoa(known)+")")
 
 	r = idemq(t, noEnv, "--dsn", dsn, "migrate", "--check")
 	assert.Equal(t, exitError, r.code)

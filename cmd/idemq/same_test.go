@@ -88,10 +88,10 @@ func TestSameOutputFileAndPostgreSQL(t *testing.T) {
 			r := idemq(t, []string{"IDEMQ_FILE=", "IDEMQ_DSN="}, append(b.flags, st.args...)...)
 			require.Equal(t, st.code, r.code, "%s: idemq %v: exit code; stderr:\n%s", b.name, st.args, r.stderr)
 			noSecret(t, r)
+			t.Logf("%s: idemq %v: exit %d\n%s%s", b.name, st.args, r.code, r.stdout, r.stderr)
 			r.stdout, r.stderr = normalize(r.stdout, b.source), normalize(r.stderr, b.source)
 			outs[i] = r
 		}
-		t.Logf("idemq %v:\n%s%s", st.args, outs[1].stdout, outs[1].stderr)
 		assert.Equal(t, outs[0].stdout, outs[1].stdout, "idemq %v: stdout, file then PostgreSQL", st.args)
 		assert.Equal(t, outs[0].stderr, outs[1].stderr, "idemq %v: stderr, file then PostgreSQL", st.args)
 	}
