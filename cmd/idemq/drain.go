@@ -183,6 +183,7 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 			rep.note("%v", e.Err)
 		}
 	}
+	a.drains = true
 	return a.withQueue(opts, func(q *queue.Queue) error {
 		c, err := q.Counts(ctx)
 		if err != nil {
@@ -190,11 +191,11 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 		}
 		total := c[queue.Pending] + c[queue.InFlight]
 		if total == 0 {
-			fmt.Fprintf(a.stdout, "nothing to drain in %s\n", a.file)
+			fmt.Fprintf(a.stdout, "nothing to drain in %s\n", a.source())
 			return nil
 		}
 		start := time.Now()
-		rep.start(total, fmt.Sprintf("draining %d records from %s (timeout %v)", total, a.file, f.timeout))
+		rep.start(total, fmt.Sprintf("draining %d records from %s (timeout %v)", total, a.source(), f.timeout))
 		runCtx, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 		ran := make(chan error, 1)
@@ -219,7 +220,7 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 		case ctx.Err() != nil:
 			return fmt.Errorf("drain interrupted; %d records still pending, kept in the queue", remaining)
 		}
-		return fmt.Errorf("drain: %d records still pending after %v, kept in the queue (idemq -f %s ls --state pending)", remaining, f.timeout, a.file)
+		return fmt.Errorf("drain: %d records still pending after %v, kept in the queue (idemq %s ls --state pending)", remaining, f.timeout, a.sourceFlag())
 	})
 }
 
@@ -256,7 +257,7 @@ func (a *app) summary(t *tally, remaining int, took time.Duration) {
 	states, n, damaged := t.snapshot()
 	var b strings.Builder
 	fmt.Fprintf(&b, "drained %s in %v: %d settled (%d done, %d failed, %d expired), %d pending",
-		a.file, took.Round(time.Millisecond), n,
+		a.source(), took.Round(time.Millisecond), n,
 		states[queue.Done], states[queue.Failed], states[queue.Expired], remaining)
 	if damaged > 0 {
 		fmt.Fprintf(&b, "; %d damaged records quarantined", damaged)

@@ -1,6 +1,7 @@
-// Command idemq lets an operator look into and act on an idem queue file:
-// list, show and count records, discard or resubmit them, reset the queue's
-// clock mark, and drain it now. Run idemq -h for the commands.
+// Command idemq lets an operator look into and act on an idem queue, a file
+// or a fleet's queue in PostgreSQL: list, show and count records, discard or
+// resubmit them, reset the queue's clock mark, drain it now, salvage a
+// damaged file, migrate the PostgreSQL tables. Run idemq -h for the commands.
 package main
 
 import (

@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopPG()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -119,10 +120,10 @@ func noSecret(t *testing.T, r result, secrets ...string) {
 func TestHelpListsCommands(t *testing.T) {
 	r := idemq(t, nil, "-h")
 	require.Equal(t, 0, r.code, r.stderr)
-	for _, c := range []string{"ls", "show", "stats", "discard", "resubmit", "reset-clock", "drain"} {
+	for _, c := range []string{"ls", "show", "stats", "discard", "resubmit", "reset-clock", "drain", "salvage", "migrate"} {
 		assert.Regexp(t, `(?m)^\s+`+c+`\s`, r.stdout, "idemq -h does not list %s", c)
 	}
-	assert.Contains(t, r.stdout, "PostgreSQL", "the help says a DSN comes later")
+	assert.Contains(t, r.stdout, "--dsn", "the help names the DSN flag")
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -140,13 +141,15 @@ func TestUsageErrors(t *testing.T) {
 		{"bad ID", []string{"-f", file, "show", "x1"}, exitUsage, `"x1" is not a record ID`},
 		{"no ID", []string{"-f", file, "show"}, exitUsage, "takes one record ID"},
 		{"extra argument", []string{"-f", file, "stats", "now"}, exitUsage, "takes no arguments"},
-		{"a DSN", []string{"-f", "postgres://db/q", "ls"}, exitUsage, "only bbolt queue files"},
+		{"a DSN as a file", []string{"-f", "postgres://u:hunter2@db/q", "ls"}, exitUsage, "postgres://u:xxxxx@db/q: --file takes a bbolt queue file; pass a PostgreSQL DSN with --dsn"},
+		{"a file and a DSN", []string{"-f", file, "--dsn", "postgres://db/q", "ls"}, exitUsage, "both a queue file"},
+		{"migrate a file", []string{"-f", file, "migrate"}, exitUsage, "a queue file needs no migration"},
 		{"missing file", []string{"-f", file + ".typo", "ls"}, exitError, "no such queue file"},
 		{"no such record", []string{"-f", file, "show", "99"}, exitError, "no such record"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := idemq(t, []string{"IDEMQ_FILE="}, tt.args...)
+			r := idemq(t, []string{"IDEMQ_FILE=", "IDEMQ_DSN="}, tt.args...)
 			assert.Equal(t, tt.code, r.code, "exit code; stderr:\n%s", r.stderr)
 			assert.True(t, strings.HasPrefix(r.stderr, "idemq: "), "stderr %q does not start with idemq: ", r.stderr)
 			assert.Contains(t, r.stderr, tt.msg)

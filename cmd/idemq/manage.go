@@ -119,10 +119,20 @@ machine's clock. While the clock reads earlier than the mark by more than the
 tolerance the queue sends nothing; a clock that once read ahead by mistake
 leaves such a mark. Run it only once the clock is known to be right: the mark is
 what stops a clock set back from hiding a horizon. Records first sent while the
-clock read ahead expire at their next attempt.`,
+clock read ahead expire at their next attempt.
+
+A PostgreSQL queue (--dsn) keeps no mark: its clock is the database server's,
+which every replica reads. reset-clock says so and changes nothing.`,
 		Example: "  idemq -f intents.db reset-clock",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.dsn != "" {
+				// Checks that the queue is there, and changes nothing.
+				return a.withQueue(queue.Options{ReadOnly: true}, func(*queue.Queue) error {
+					fmt.Fprintln(a.stdout, "no clock mark to reset: a PostgreSQL queue keeps none, its clock is the database server's")
+					return nil
+				})
+			}
 			var reset *queue.Event
 			opts := queue.Options{Notify: func(e queue.Event) {
 				if e.Kind == queue.EventClockReset {

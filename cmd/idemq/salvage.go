@@ -21,7 +21,8 @@ It prints how many records were recovered and how many could not be read, and
 the problems it found. A file whose structure is sound is left as it is: a
 damaged record in it is quarantined by the next open.
 
-The damaged file is never written to. The application must not hold the file.`,
+The damaged file is never written to. The application must not hold the file.
+A PostgreSQL queue (--dsn) has no file to salvage: salvage refuses it.`,
 		Example: "  idemq -f intents.db salvage",
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -29,6 +30,9 @@ The damaged file is never written to. The application must not hold the file.`,
 			// and buckets: Salvage judges it.
 			if err := a.checkFlags(); err != nil {
 				return err
+			}
+			if a.dsn != "" {
+				return usagef("salvage repairs a damaged bbolt queue file; a PostgreSQL queue (--dsn) has no file to salvage: PostgreSQL keeps its own tables sound (restore a backup if they are lost)")
 			}
 			if err := a.checkPath(); err != nil {
 				return err

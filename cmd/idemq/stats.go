@@ -102,7 +102,7 @@ the application sets them in queue.Options; the defaults are the queue's.`,
 }
 
 func (a *app) stats(ctx context.Context, q *queue.Queue, h horizonFlags, within time.Duration) (statsView, error) {
-	v := statsView{File: a.file, Counts: map[string]int{}}
+	v := statsView{File: a.source(), Counts: map[string]int{}}
 	counts, err := q.Counts(ctx)
 	if err != nil {
 		return v, err
