@@ -24,10 +24,10 @@ const secretQuery = "?token=s3cret"
 
 // filled is a queue in several states, served by queueweb.
 type filled struct {
-	q    *queue.Queue
-	srv  *httptest.Server // the handler
+	q                                 *queue.Queue
+	srv                               *httptest.Server // the handler
 	done, failed, pending, other, odd queue.ID
-	key  string // the generated key of pending, which must not show whole
+	key                               string // the generated key of pending, which must not show whole
 }
 
 // fill opens a bbolt queue and fills it: one record done and one failed
