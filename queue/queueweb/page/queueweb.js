@@ -5,9 +5,25 @@
 const refreshEvery = 5000; // ms
 let writes = false;
 
+// unprintable matches what idemq's text escapes: C0 and C1 controls, DEL,
+// and the format characters (bidi overrides and isolates, zero widths, line
+// separators, tags) that would reorder or hide what the page shows.
+const unprintable = /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]|[\u{e0000}-\u{e007f}]|[\ud800-\udfff]/gu;
+
+// printable returns s with every unprintable character escaped as Go
+// writes it in a string literal: \x1b, \u202e, \U000e0001.
+function printable(s) {
+  return String(s).replace(unprintable, (c) => {
+    const n = c.codePointAt(0);
+    if (n < 0x80) return "\\x" + n.toString(16).padStart(2, "0");
+    if (n <= 0xffff) return "\\u" + n.toString(16).padStart(4, "0");
+    return "\\U" + n.toString(16).padStart(8, "0");
+  });
+}
+
 function el(tag, text, cls) {
   const e = document.createElement(tag);
-  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (text !== undefined && text !== null) e.textContent = printable(text);
   if (cls) e.className = cls;
   return e;
 }
@@ -85,7 +101,7 @@ async function loadRecords() {
     const tr = el("tr");
     tr.dataset.id = r.id;
     tr.dataset.state = r.state;
-    tr.dataset.lane = r.lane;
+    tr.dataset.lane = printable(r.lane);
     if (String(r.id) === selected) tr.className = "selected";
     tr.append(
       el("td", r.id, "id"),
@@ -101,7 +117,7 @@ async function loadRecords() {
     body.append(tr);
   }
   document.getElementById("more").textContent =
-    list.records.length + " records shown" + (list.next ? " (more after " + list.next + ")" : "");
+    list.records.length + (list.records.length === 1 ? " record" : " records") + " shown" + (list.next ? " (more after " + list.next + ")" : "");
 }
 
 function select(id) {
@@ -185,8 +201,15 @@ async function refresh() {
 
 async function start() {
   const p = params();
-  document.getElementById("filter-state").value = p.get("state") || "";
-  document.getElementById("filter-lane").value = p.get("lane") || "";
+  // Set as attributes too, so that the document says which filter it shows.
+  const state = document.getElementById("filter-state");
+  for (const opt of state.options) {
+    if (opt.value === (p.get("state") || "")) opt.setAttribute("selected", "");
+  }
+  state.value = p.get("state") || "";
+  const lane = document.getElementById("filter-lane");
+  lane.setAttribute("value", p.get("lane") || "");
+  lane.value = p.get("lane") || "";
   document.getElementById("filters").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const q = params();
