@@ -30,6 +30,8 @@ const keepAll = 100 * 365 * 24 * time.Hour
 // app is one invocation: the global flags and where output goes.
 type app struct {
 	file        string
+	url         string // a running application's queueweb handler, instead of file
+	urlAuthEnv  string // names the variable holding url's Authorization header
 	lockTimeout time.Duration
 	// stdout and stderr take text, escaped (see textWriter); rawStdout
 	// takes JSON, escaped by marshalJSON, and rawStderr the progress bar.
@@ -81,7 +83,11 @@ func (a *app) rootCommand() *cobra.Command {
 		Long: `idemq looks into and acts on the durable queue of an idem application: a bbolt
 file written by github.com/idem-go/idem/queue.
 
-The queue file is given with --file or $IDEMQ_FILE. Only bbolt files are
+The queue file is given with --file or $IDEMQ_FILE. A running application's
+queue is read through the handler it mounts (package queue/queueweb) with
+--url or $IDEMQ_URL: ls, show, stats, discard, resubmit and reset-clock print
+the same as for a file; discard, resubmit and reset-clock need the
+application to turn writes on. Only bbolt files are
 supported today; a PostgreSQL DSN will be accepted here once the fleet store
 exists.
 
@@ -111,6 +117,8 @@ Exit codes: 0 ok, 1 error, 2 usage.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVarP(&a.file, "file", "f", os.Getenv("IDEMQ_FILE"), "queue file (bbolt); default $IDEMQ_FILE")
+	pf.StringVar(&a.url, "url", os.Getenv("IDEMQ_URL"), "a running application's queue, where it mounts queueweb.Handler, instead of a file; default $IDEMQ_URL")
+	pf.StringVar(&a.urlAuthEnv, "url-auth-env", "", "send the `NAME`d variable's value as the Authorization header to --url")
 	pf.DurationVar(&a.lockTimeout, "lock-timeout", 2*time.Second, "how long to wait for a file another process holds")
 	root.AddCommand(
 		a.lsCommand(), a.showCommand(), a.statsCommand(),
@@ -144,6 +152,10 @@ func (a *app) open(opts queue.Options) (*queue.Queue, error) {
 // for it.
 func (a *app) checkFlags() error {
 	switch {
+	case a.url != "" && a.file != "":
+		return usagef("both a queue file (--file or $IDEMQ_FILE) and --url (or $IDEMQ_URL) given: pass one")
+	case a.url != "":
+		return usagef("--url: this command %v", errNotOverURL)
 	case a.file == "":
 		return usagef("no queue file: pass --file or set IDEMQ_FILE")
 	case strings.Contains(a.file, "://") || strings.HasPrefix(a.file, "postgres"):
