@@ -89,7 +89,7 @@ queueweb.Options, and --retention and --margin are not used.`,
 func (a *app) stats(ctx context.Context, src source, h horizonFlags, within time.Duration) (statsView, error) {
 	opts := queueweb.Options{Retention: h.retention, Margin: h.margin, Within: within}
 	if within == 0 {
-		opts.Within = time.Nanosecond // 0 would mean queueweb's default
+		opts.Within = -1 // none; 0 would mean queueweb's default
 	}
 	st, err := src.stats(ctx, opts, a.now())
 	v := statsView{Stats: st}
@@ -97,9 +97,6 @@ func (a *app) stats(ctx context.Context, src source, h horizonFlags, within time
 		v.URL = redact.RawURL(a.url)
 	} else {
 		v.File = a.file
-	}
-	if within == 0 {
-		v.Horizon.Within = within.String()
 	}
 	return v, err
 }

@@ -140,8 +140,8 @@ func (s urlSource) get(ctx context.Context, id queue.ID) (recordView, error) {
 func (s urlSource) stats(ctx context.Context, opts queueweb.Options, _ time.Time) (queueweb.Stats, error) {
 	var v queueweb.Stats
 	q := url.Values{}
-	if opts.Within > 0 {
-		q.Set("within", opts.Within.String())
+	if opts.Within != 0 {
+		q.Set("within", max(opts.Within, 0).String())
 	}
 	err := s.call(ctx, http.MethodGet, "api/stats", q, &v)
 	if v.Horizon.AtRisk == nil {

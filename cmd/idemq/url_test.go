@@ -191,8 +191,8 @@ func TestURL(t *testing.T) {
 	assert.Equal(t, "clock mark reset\n", r.stdout)
 }
 
-// twinOf copies a closed queue file... the file here is held by serve, so
-// it copies the bytes bbolt last synced, which hold every record.
+// twinOf copies file, which serve holds: bbolt synced every commit to it,
+// and nothing writes it meanwhile.
 func twinOf(t *testing.T, file string) string {
 	t.Helper()
 	data, err := os.ReadFile(file)

@@ -27,7 +27,8 @@ type Options struct {
 	// queue.DefaultRetention and queue.DefaultMargin. Set them as the
 	// application sets the queue's.
 	Retention, Margin time.Duration
-	// Within is how near a horizon counts as at risk; 0 means one hour.
+	// Within is how near a horizon counts as at risk; 0 means one hour,
+	// and a negative Within none at all: only the horizons passed already.
 	// A request's ?within= overrides it.
 	Within time.Duration
 }
@@ -42,9 +43,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Within == 0 {
 		o.Within = time.Hour
 	}
-	if o.Retention < 0 || o.Margin < 0 || o.Margin >= o.Retention || o.Within < 0 {
-		return o, fmt.Errorf("queueweb: Retention %v, Margin %v, Within %v: want 0 <= Margin < Retention and Within >= 0", o.Retention, o.Margin, o.Within)
+	if o.Retention < 0 || o.Margin < 0 || o.Margin >= o.Retention {
+		return o, fmt.Errorf("queueweb: Retention %v, Margin %v: want 0 <= Margin < Retention", o.Retention, o.Margin)
 	}
+	o.Within = max(o.Within, 0)
 	return o, nil
 }
 
@@ -204,7 +206,7 @@ func (h *handler) stats(r *http.Request) (any, error) {
 		}
 		opts.Within = d
 		if d == 0 {
-			opts.Within = time.Nanosecond // 0 would mean the default
+			opts.Within = -1 // none; 0 would mean the default
 		}
 	}
 	return ReadStats(r.Context(), h.q, opts, h.now())

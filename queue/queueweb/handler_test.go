@@ -40,6 +40,8 @@ func TestStats(t *testing.T) {
 
 	f.getJSON(t, "/api/stats?within=90m", &st)
 	assert.Equal(t, "1h30m0s", st.Horizon.Within)
+	f.getJSON(t, "/api/stats?within=0s", &st)
+	assert.Equal(t, "0s", st.Horizon.Within, "none, not the default")
 }
 
 func TestList(t *testing.T) {
