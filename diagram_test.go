@@ -229,7 +229,7 @@ func TestReadmeArchitecture(t *testing.T) {
 
 	const module = "github.com/idem-go/idem"
 	pkgs := map[string]string{"idem": "."} // name in the picture -> directory
-	for _, dir := range []string{"queue", "queue/queuetest", "idemtest", "redact", "pgqueue"} {
+	for _, dir := range []string{"queue", "queue/queuetest", "queue/queueweb", "idemtest", "redact", "pgqueue"} {
 		pkgs[dir] = dir
 	}
 	internal, err := os.ReadDir("internal")

@@ -191,11 +191,11 @@ func (a *app) drain(ctx context.Context, f drainFlags, opts queue.Options) error
 		}
 		total := c[queue.Pending] + c[queue.InFlight]
 		if total == 0 {
-			fmt.Fprintf(a.stdout, "nothing to drain in %s\n", a.source())
+			fmt.Fprintf(a.stdout, "nothing to drain in %s\n", a.queueName())
 			return nil
 		}
 		start := time.Now()
-		rep.start(total, fmt.Sprintf("draining %d records from %s (timeout %v)", total, a.source(), f.timeout))
+		rep.start(total, fmt.Sprintf("draining %d records from %s (timeout %v)", total, a.queueName(), f.timeout))
 		runCtx, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 		ran := make(chan error, 1)
@@ -257,7 +257,7 @@ func (a *app) summary(t *tally, remaining int, took time.Duration) {
 	states, n, damaged := t.snapshot()
 	var b strings.Builder
 	fmt.Fprintf(&b, "drained %s in %v: %d settled (%d done, %d failed, %d expired), %d pending",
-		a.source(), took.Round(time.Millisecond), n,
+		a.queueName(), took.Round(time.Millisecond), n,
 		states[queue.Done], states[queue.Failed], states[queue.Expired], remaining)
 	if damaged > 0 {
 		fmt.Fprintf(&b, "; %d damaged records quarantined", damaged)

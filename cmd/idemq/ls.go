@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,9 +12,6 @@ import (
 	"github.com/idem-go/idem/queue"
 )
 
-// listPage is how many records ls reads per transaction.
-const listPage = 500
-
 // lsFilter selects the records ls lists.
 type lsFilter struct {
 	states    []queue.State // nil for every state
@@ -24,14 +20,18 @@ type lsFilter struct {
 	limit     int           // 0 for no limit
 }
 
-func (f lsFilter) match(r *queue.Record, now time.Time) bool {
-	if f.states != nil && !slices.Contains(f.states, r.State) {
+func (f lsFilter) match(v recordView, now time.Time) bool {
+	if f.states != nil && !slices.ContainsFunc(f.states, func(s queue.State) bool { return s.String() == v.State }) {
 		return false
 	}
-	if f.lane != nil && (r.Intent == nil || r.Intent.Lane() != *f.lane) {
+	if f.lane != nil && (v.Method == "" || v.Lane != *f.lane) { // no method: damaged, its intent lost
 		return false
 	}
-	return now.Sub(r.EnqueuedAt) >= f.olderThan
+	var enqueued time.Time // a damaged record's is unknown: the oldest
+	if v.EnqueuedAt != nil {
+		enqueued = *v.EnqueuedAt
+	}
+	return now.Sub(enqueued) >= f.olderThan
 }
 
 func (a *app) lsCommand() *cobra.Command {
@@ -64,13 +64,16 @@ func (a *app) lsCommand() *cobra.Command {
 			if f.olderThan < 0 {
 				return usagef("--older-than %v: want 0 or more", f.olderThan)
 			}
-			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
-				recs, err := list(cmd.Context(), q, f, a.now())
+			return a.withSource(queue.Options{ReadOnly: true}, func(src source) error {
+				recs, err := src.list(cmd.Context(), f, a.now())
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return writeJSON(a, viewsOf(recs))
+					if recs == nil {
+						recs = []recordView{}
+					}
+					return writeJSON(a, recs)
 				}
 				return a.lsTable(recs)
 			})
@@ -85,55 +88,19 @@ func (a *app) lsCommand() *cobra.Command {
 	return cmd
 }
 
-// list reads the records f selects, a page at a time.
-func list(ctx context.Context, q *queue.Queue, f lsFilter, now time.Time) ([]*queue.Record, error) {
-	var state queue.State // 0: every state, filtered by match
-	if len(f.states) == 1 {
-		state = f.states[0]
-	}
-	var out []*queue.Record
-	for after := queue.ID(0); ; {
-		page, err := q.List(ctx, state, after, listPage)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range page {
-			if !f.match(r, now) {
-				continue
-			}
-			out = append(out, r)
-			if f.limit > 0 && len(out) == f.limit {
-				return out, nil
-			}
-		}
-		if len(page) < listPage {
-			return out, nil
-		}
-		after = page[len(page)-1].ID
-	}
-}
-
-func viewsOf(recs []*queue.Record) []recordView {
-	out := make([]recordView, 0, len(recs))
-	for _, r := range recs {
-		out = append(out, viewOf(r))
-	}
-	return out
-}
-
-func (a *app) lsTable(recs []*queue.Record) error {
+func (a *app) lsTable(recs []recordView) error {
 	now := a.now()
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tSTATE\tOUTCOME\tLANE\tAGE\tATTEMPTS\tREQUEST\tLAST")
 	for _, r := range recs {
-		v := viewOf(r).text()
+		v := textOf(r)
 		request := "(intent lost: damaged)"
 		if v.Method != "" {
 			request = v.Method + " " + v.URL
 		}
 		age := "-" // a damaged record keeps only its ID
-		if !r.EnqueuedAt.IsZero() {
-			age = fmtAge(now.Sub(r.EnqueuedAt))
+		if r.EnqueuedAt != nil {
+			age = fmtAge(now.Sub(*r.EnqueuedAt))
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
 			v.ID, v.State, outcomeCell(v.Outcome), laneName(v.Lane), age, v.Attempts, request, last(v))

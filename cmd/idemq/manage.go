@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -38,10 +37,10 @@ warns, and reconciling it with the server is the operator's.`,
 					return err
 				}
 			}
-			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
+			return a.withSource(queue.Options{}, func(src source) error {
 				failed := false
 				for _, id := range ids {
-					if err := a.discard(cmd.Context(), q, id); err != nil {
+					if err := a.discard(cmd.Context(), src, id); err != nil {
 						fmt.Fprintf(a.stderr, "idemq: discard %d: %v\n", id, err)
 						failed = true
 					}
@@ -55,18 +54,14 @@ warns, and reconciling it with the server is the operator's.`,
 	}
 }
 
-func (a *app) discard(ctx context.Context, q *queue.Queue, id queue.ID) error {
-	r, err := q.Get(ctx, id)
+func (a *app) discard(ctx context.Context, src source, id queue.ID) error {
+	d, err := src.discard(ctx, id)
 	if err != nil {
 		return err
 	}
-	if err := q.Discard(ctx, id); err != nil {
-		return err
-	}
-	fmt.Fprintf(a.stdout, "discarded %d (%s)\n", id, r.State)
-	if r.State == queue.Pending && !r.FirstSentAt.IsZero() {
-		fmt.Fprintf(a.stderr, "idemq: warning: %d may have reached the server (first sent %s): its outcome is unknown, reconcile it there\n",
-			id, r.FirstSentAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(a.stdout, "discarded %d (%s)\n", id, d.State)
+	if d.Warning != "" {
+		fmt.Fprintf(a.stderr, "idemq: warning: %s\n", d.Warning)
 	}
 	return nil
 }
@@ -89,15 +84,8 @@ with the server that it was not.`,
 			if err != nil {
 				return err
 			}
-			return a.withQueue(queue.Options{}, func(q *queue.Queue) error {
-				r, err := q.Get(cmd.Context(), id)
-				if err != nil {
-					return err
-				}
-				if r.Outcome == idem.Unknown && !force {
-					return fmt.Errorf("%d: outcome unknown: an attempt may have been applied, and a resubmit under a new key would apply it again; check with the server, then pass --force", id)
-				}
-				nid, err := q.Resubmit(cmd.Context(), id)
+			return a.withSource(queue.Options{}, func(src source) error {
+				nid, err := src.resubmit(cmd.Context(), id, force)
 				if err != nil {
 					return err
 				}
@@ -132,6 +120,20 @@ which every replica reads. reset-clock says so and changes nothing.`,
 					fmt.Fprintln(a.stdout, "no clock mark to reset: a PostgreSQL queue keeps none, its clock is the database server's")
 					return nil
 				})
+			}
+			if a.url != "" {
+				if a.file != "" || a.dsn != "" {
+					return a.checkFlags() // both given
+				}
+				s, err := a.urlSource()
+				if err != nil {
+					return err
+				}
+				if err := s.resetClock(cmd.Context()); err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, "clock mark reset")
+				return nil
 			}
 			var reset *queue.Event
 			opts := queue.Options{Notify: func(e queue.Event) {

@@ -62,7 +62,7 @@ func (a *app) migrate(check bool) error {
 	if err != nil {
 		return a.dsnError(err)
 	}
-	fmt.Fprintf(a.stdout, "tables:  %s\n", a.source())
+	fmt.Fprintf(a.stdout, "tables:  %s\n", a.queueName())
 	fmt.Fprintf(a.stdout, "version: %d (this idemq knows up to %d)\n", have, known)
 	switch {
 	case have > known:

@@ -31,6 +31,8 @@ const keepAll = 100 * 365 * 24 * time.Hour
 type app struct {
 	file        string
 	dsn         string // a PostgreSQL queue's, instead of file
+	url         string // a running application's queueweb handler, instead of file
+	urlAuthEnv  string // names the variable holding url's Authorization header
 	lockTimeout time.Duration
 	// stdout and stderr take text, escaped (see textWriter); rawStdout
 	// takes JSON, escaped by marshalJSON, and rawStderr the progress bar.
@@ -96,6 +98,11 @@ PostgreSQL only (it applies the tables' migrations). On PostgreSQL ls, show
 and stats read without taking a lane, and drain drains beside the
 application's replicas, sharing the lanes with them.
 
+A running application's queue is read through the handler it mounts (package
+queue/queueweb) with --url or $IDEMQ_URL: ls, show, stats, discard, resubmit
+and reset-clock print the same as for a file; discard, resubmit and
+reset-clock need the application to turn writes on.
+
 A file a running application holds is refused after --lock-timeout with a
 message naming it, never waited on for long: bbolt lets no one read a file
 another process writes. ls, show and stats open the file read-only: they
@@ -124,6 +131,8 @@ Exit codes: 0 ok, 1 error, 2 usage.`,
 	pf := root.PersistentFlags()
 	pf.StringVarP(&a.file, "file", "f", os.Getenv("IDEMQ_FILE"), "queue file (bbolt); default $IDEMQ_FILE")
 	pf.StringVar(&a.dsn, "dsn", os.Getenv("IDEMQ_DSN"), "PostgreSQL queue's connection string, instead of a file; default $IDEMQ_DSN")
+	pf.StringVar(&a.url, "url", os.Getenv("IDEMQ_URL"), "a running application's queue, where it mounts queueweb.Handler, instead of a file; default $IDEMQ_URL")
+	pf.StringVar(&a.urlAuthEnv, "url-auth-env", "", "send the `NAME`d variable's value as the Authorization header to --url")
 	pf.DurationVar(&a.lockTimeout, "lock-timeout", 2*time.Second, "how long to wait for a file another process holds")
 	root.AddCommand(
 		a.lsCommand(), a.showCommand(), a.statsCommand(),
@@ -169,6 +178,10 @@ func (a *app) open(opts queue.Options) (*queue.Queue, io.Closer, error) {
 // for a file.
 func (a *app) checkFlags() error {
 	switch {
+	case a.url != "" && (a.file != "" || a.dsn != ""):
+		return usagef("both a queue file or DSN and --url (or $IDEMQ_URL) given: pass one")
+	case a.url != "":
+		return usagef("--url: this command %v", errNotOverURL)
 	case a.file != "" && a.dsn != "":
 		return usagef("both a queue file (--file or IDEMQ_FILE) and a DSN (--dsn or IDEMQ_DSN): give one")
 	case a.dsn != "":
@@ -183,9 +196,9 @@ func (a *app) checkFlags() error {
 	return nil
 }
 
-// source names the queue in output: the file's path, or the DSN without
+// queueName names the queue in output: the file's path, or the DSN without
 // its password.
-func (a *app) source() string {
+func (a *app) queueName() string {
 	if a.dsn != "" {
 		return redactDSN(a.dsn)
 	}

@@ -29,15 +29,15 @@ A shorter key is not shown at all; key_source says whether there is one.`,
 			if err != nil {
 				return err
 			}
-			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
-				r, err := q.Get(cmd.Context(), id)
+			return a.withSource(queue.Options{ReadOnly: true}, func(src source) error {
+				v, err := src.get(cmd.Context(), id)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return writeJSON(a, viewOf(r))
+					return writeJSON(a, v)
 				}
-				return a.showText(viewOf(r).text())
+				return a.showText(textOf(v))
 			})
 		},
 	}
@@ -45,7 +45,7 @@ A shorter key is not shown at all; key_source says whether there is one.`,
 	return cmd
 }
 
-// showText writes v, a text view (see recordView.text).
+// showText writes v, a text view (see textOf).
 func (a *app) showText(v recordView) error {
 	now := a.now()
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 1, ' ', 0)

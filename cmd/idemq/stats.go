@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/idem-go/idem/queue"
+	"github.com/idem-go/idem/queue/queueweb"
+	"github.com/idem-go/idem/redact"
 )
 
 // horizonFlags are the application's Options.Retention and Margin, which
@@ -31,31 +33,12 @@ func (h horizonFlags) check() error {
 	return nil
 }
 
-// deadline is when the server may forget the key of a record first sent at
-// first; the queue starts no attempt that could end after it.
-func (h horizonFlags) deadline(first time.Time) time.Time {
-	return first.Add(h.retention - h.margin)
-}
-
-// statsView is what stats reports.
+// statsView is what stats reports: queueweb's Stats, and the queue's file
+// or URL.
 type statsView struct {
-	File          string         `json:"file"`
-	Counts        map[string]int `json:"counts"`
-	Total         int            `json:"total"`
-	OldestPending float64        `json:"oldest_pending_seconds"`
-	Horizon       horizonView    `json:"horizon"`
-}
-
-// horizonView lists the pending records whose horizon is near: sent before,
-// so the server's memory of their key runs out at FirstSentAt + Retention -
-// Margin, and that comes within Within (or has passed: such a record expires
-// at its next attempt).
-type horizonView struct {
-	Retention string     `json:"retention"`
-	Margin    string     `json:"margin"`
-	Within    string     `json:"within"`
-	AtRisk    []queue.ID `json:"at_risk"`
-	Soonest   *time.Time `json:"soonest_deadline,omitempty"`
+	File string `json:"file,omitempty"`
+	URL  string `json:"url,omitempty"`
+	queueweb.Stats
 }
 
 func (a *app) statsCommand() *cobra.Command {
@@ -72,7 +55,9 @@ record has waited, and lists the pending records at risk of the horizon: those
 an attempt reached the server with, whose key the server may forget
 (FirstSentAt + retention - margin) within --within or already. Such a record
 expires at its next attempt once past it. Give --retention and --margin as
-the application sets them in queue.Options; the defaults are the queue's.`,
+the application sets them in queue.Options; the defaults are the queue's.
+Over --url the application's handler judges the horizon by its own
+queueweb.Options, and --retention and --margin are not used.`,
 		Example: "  idemq -f intents.db stats\n  idemq -f intents.db stats --retention 48h --within 6h --json",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -82,8 +67,8 @@ the application sets them in queue.Options; the defaults are the queue's.`,
 			if within < 0 {
 				return usagef("--within %v: want a duration of 0 or more", within)
 			}
-			return a.withQueue(queue.Options{ReadOnly: true}, func(q *queue.Queue) error {
-				v, err := a.stats(cmd.Context(), q, h, within)
+			return a.withSource(queue.Options{ReadOnly: true}, func(src source) error {
+				v, err := a.stats(cmd.Context(), src, h, within)
 				if err != nil {
 					return err
 				}
@@ -101,47 +86,28 @@ the application sets them in queue.Options; the defaults are the queue's.`,
 	return cmd
 }
 
-func (a *app) stats(ctx context.Context, q *queue.Queue, h horizonFlags, within time.Duration) (statsView, error) {
-	v := statsView{File: a.source(), Counts: map[string]int{}}
-	counts, err := q.Counts(ctx)
-	if err != nil {
-		return v, err
+func (a *app) stats(ctx context.Context, src source, h horizonFlags, within time.Duration) (statsView, error) {
+	opts := queueweb.Options{Retention: h.retention, Margin: h.margin, Within: within}
+	if within == 0 {
+		opts.Within = -1 // none; 0 would mean queueweb's default
 	}
-	for _, s := range allStates() {
-		v.Counts[s.String()] = counts[s]
-		v.Total += counts[s]
+	st, err := src.stats(ctx, opts, a.now())
+	v := statsView{Stats: st}
+	if a.url != "" {
+		v.URL = redact.RawURL(a.url)
+	} else {
+		v.File = a.queueName()
 	}
-	oldest, err := q.OldestPending(ctx)
-	if err != nil {
-		return v, err
-	}
-	v.OldestPending = oldest.Seconds()
-
-	v.Horizon = horizonView{Retention: h.retention.String(), Margin: h.margin.String(), Within: within.String(), AtRisk: []queue.ID{}}
-	pending, err := list(ctx, q, lsFilter{states: []queue.State{queue.Pending}}, a.now())
-	if err != nil {
-		return v, err
-	}
-	limit := a.now().Add(within)
-	for _, r := range pending {
-		if r.FirstSentAt.IsZero() {
-			continue // never reached the server: no horizon
-		}
-		d := h.deadline(r.FirstSentAt)
-		if d.After(limit) {
-			continue
-		}
-		v.Horizon.AtRisk = append(v.Horizon.AtRisk, r.ID)
-		if v.Horizon.Soonest == nil || d.Before(*v.Horizon.Soonest) {
-			v.Horizon.Soonest = timeOrNil(d)
-		}
-	}
-	return v, nil
+	return v, err
 }
 
 func (a *app) statsText(v statsView) error {
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 1, ' ', 0)
-	fmt.Fprintf(w, "file:\t%s\n", printable(v.File))
+	if v.URL != "" {
+		fmt.Fprintf(w, "url:\t%s\n", printable(v.URL))
+	} else {
+		fmt.Fprintf(w, "file:\t%s\n", printable(v.File))
+	}
 	for _, s := range allStates() {
 		fmt.Fprintf(w, "%s:\t%d\n", s, v.Counts[s.String()])
 	}

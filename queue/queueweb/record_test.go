@@ -1,4 +1,4 @@
-package main
+package queueweb
 
 import "testing"
 
@@ -28,5 +28,19 @@ func TestKeyPrefix(t *testing.T) {
 		if got := keyPrefix(tt.key); got != tt.want {
 			t.Errorf("keyPrefix(%q) = %q, want %q", tt.key, got, tt.want)
 		}
+	}
+}
+
+func TestMarshalJSONEscapes(t *testing.T) {
+	out, err := marshalJSON(map[string]string{"lane": "a\x1b\x7f\u0085\u202e\U000e0001é😀<"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{
+  "lane": "a\u001b\u007f\u0085\u202e\udb40\udc01é😀\u003c"
+}
+`
+	if string(out) != want {
+		t.Errorf("marshalJSON = %s, want %s", out, want)
 	}
 }
