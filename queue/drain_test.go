@@ -354,6 +354,9 @@ func TestDrainHorizon(t *testing.T) {
 	assert.Equal(t, idem.Unknown, r.Outcome, "the first attempt may have applied")
 	assert.Contains(t, r.Reason, "past the horizon")
 	assert.Len(t, srv.requests(), 1, "never sent past the horizon")
+	// Wait may read the settled record before its event is delivered (it
+	// was settled before Wait began); Close delivers every event.
+	require.NoError(t, q.Close())
 	assert.Equal(t, 1, ev.count(EventSettled))
 }
 
