@@ -2,10 +2,12 @@ package pgqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/queue"
@@ -98,7 +100,11 @@ func openKnowing(ctx context.Context, pool *pgxpool.Pool, opts Options, known in
 	}
 	var version int
 	if err := pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM idem_queue_migrations").Scan(&version); err != nil {
-		return nil, fmt.Errorf("pgqueue: the queue's tables are not there (call Migrate first): %w", err)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+			return nil, fmt.Errorf("pgqueue: the queue's tables are not there (call Migrate first): %w", err)
+		}
+		return nil, fmt.Errorf("pgqueue: reading the queue's tables' version: %w", err)
 	}
 	if version > known {
 		return nil, fmt.Errorf("%w: the queue's tables are at version %d, this package knows up to %d: upgrade the package", ErrTablesNewer, version, known)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -402,6 +403,22 @@ func TestNewBeforeMigrate(t *testing.T) {
 	assert.ErrorIs(t, err, queue.ErrInvalidOptions)
 	_, err = pgqueue.New(context.Background(), pool, pgqueue.Options{LeaseMargin: -time.Second})
 	assert.ErrorIs(t, err, queue.ErrInvalidOptions)
+}
+
+// TestNewUnreachable: a server that cannot be reached is not mistaken for
+// missing tables.
+func TestNewUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // its port now refuses connections
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@"+addr+"/none?connect_timeout=5&pool_max_conns=4")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pgqueue.New(context.Background(), pool, pgqueue.Options{})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "Migrate")
+	assert.Contains(t, err.Error(), "reading the queue's tables' version")
 }
 
 // TestMigrationFiles: the SQL Migrate runs is there for other tools.
