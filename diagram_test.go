@@ -18,16 +18,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadmeDecisionDiagram keeps README's picture of the decision table true
-// to the code: the table names every Class, in order; the flowchart under it
-// draws every Class as one hexagon node ({{Name}}); and the ends reachable
-// from each class's node (done, retry, stop: the stadium nodes whose labels
-// start with those words) are the actions decide takes for that class.
-// .ci/mermaid checks that the picture renders; this checks what it says.
+// TestReadmeDecisionDiagram keeps the decision table and its picture true to
+// the code: README's table names every Class, in order; the flowchart in
+// docs/decision.md draws every Class as one hexagon node ({{Name}}); and the
+// ends reachable from each class's node (done, retry, stop: the stadium nodes
+// whose labels start with those words) are the actions decide takes for that
+// class. .ci/mermaid checks that the picture renders; this checks what it says.
 func TestReadmeDecisionDiagram(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	section := readmeSection(t, string(readme), "## The decision table")
+	decision, err := os.ReadFile(filepath.Join("docs", "decision.md"))
+	require.NoError(t, err)
+	picture := readmeSection(t, string(decision), "## The table as a picture")
 
 	var want []string
 	for c := ClassNone + 1; c < numClasses; c++ {
@@ -46,8 +49,8 @@ func TestReadmeDecisionDiagram(t *testing.T) {
 	}
 	assert.Equal(t, want, table, "the decision table's class column")
 
-	_, rest, ok := strings.Cut(section, "```mermaid\n")
-	require.True(t, ok, "no mermaid block under %q", "## The decision table")
+	_, rest, ok := strings.Cut(picture, "```mermaid\n")
+	require.True(t, ok, "no mermaid block under %q in docs/decision.md", "## The table as a picture")
 	flow, _, ok := strings.Cut(rest, "```")
 	require.True(t, ok, "mermaid block not closed")
 	require.True(t, strings.HasPrefix(flow, "flowchart"), "the block is not a flowchart")
@@ -80,12 +83,12 @@ func className(c Class) string {
 	return b.String()
 }
 
-// readmeSection returns the text under heading, up to the next heading of
-// the same level.
+// readmeSection returns the text of a Markdown document (README or a page
+// of docs/) under heading, up to the next heading of the same level.
 func readmeSection(t *testing.T, readme, heading string) string {
 	t.Helper()
 	_, rest, ok := strings.Cut(readme, "\n"+heading+"\n")
-	require.True(t, ok, "README has no %q", heading)
+	require.True(t, ok, "the document has no %q", heading)
 	section, _, _ := strings.Cut(rest, "\n## ")
 	return section
 }
@@ -199,14 +202,14 @@ func decidedActions() map[Class][]Action {
 	return actions
 }
 
-// TestReadmeArchitecture keeps README's pictures of the architecture true to
-// the code: the package graph has a node for every package of the module
+// TestReadmeArchitecture keeps the pictures of the architecture (README links
+// them, in docs/architecture.md) true to the code: the package graph has a node for every package of the module
 // (companion modules and examples aside) and an arrow for each import
 // between them, no more; every file the path of an intent names exists.
 func TestReadmeArchitecture(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	doc, err := os.ReadFile(filepath.Join("docs", "architecture.md"))
 	require.NoError(t, err)
-	section := readmeSection(t, string(readme), "## Architecture")
+	section := readmeSection(t, string(doc), "## Architecture")
 	blocks := mermaidBlocks(section)
 	require.Len(t, blocks, 2, "the package graph and the path of an intent")
 
