@@ -288,3 +288,45 @@ func Example_quickStart() {
 	// outcome unknown: reconcile
 	// not applied: safe to try again
 }
+
+// A payment whose answer was lost ends Unknown; the caller reconciling it
+// later runs the same intent, under the same key, with Resume, and the
+// server replays the answer it stored: the payment was made once.
+func ExampleClient_Resume() {
+	// The payment API makes the first payment but drops its answer.
+	api := idemtest.New(idemtest.Options{
+		Faults: func(_ *http.Request, _ string, seen int) idemtest.Fault {
+			if seen == 0 {
+				return idemtest.FaultCommitThenDrop
+			}
+			return idemtest.FaultNone
+		},
+	})
+	if err := api.Start(); err != nil {
+		panic(err)
+	}
+	defer api.Close()
+
+	in, err := idem.NewIntent("POST", api.URL()+"/payments", []byte(`{"amount":100}`),
+		idem.WithKey("order-42")) // kept with the order, as the intent is
+	if err != nil {
+		panic(err)
+	}
+	c := &idem.Client{Policy: idem.Policy{MaxAttempts: 1}} // one attempt, to end in doubt
+	ctx := context.Background()
+	_, err = c.Do(ctx, in)
+	fmt.Println("do:", err != nil, errors.Is(err, idem.ErrOutcomeUnknown))
+
+	// Later, reconciling: the same intent, and the error it ended with.
+	res, err := c.Resume(ctx, in, err)
+	if err != nil {
+		panic(err)
+	}
+	res.Response.Body.Close()
+	fmt.Println("resume:", res.Outcome, res.Response.StatusCode, "replayed:", res.Replayed)
+	fmt.Println("payments made:", api.EffectsForKey("order-42"))
+	// Output:
+	// do: true true
+	// resume: applied 201 replayed: true
+	// payments made: 1
+}

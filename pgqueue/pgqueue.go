@@ -44,11 +44,13 @@ const MinListenConns = 2
 // New returns a Queue whose records are in pool's database, shared with
 // every other replica that opens it there. Run drains it: lanes are taken
 // one worker at a time across all replicas, in commit order within a lane
-// (see the package doc). Its tables must exist: call Migrate first. The
-// pool stays the caller's; the Queue holds one of its connections for
-// LISTEN unless Options.NoListen, and Close releases it. A pool whose
-// MaxConns is below MinListenConns is refused (queue.ErrInvalidOptions)
-// unless Options.NoListen or ReadOnly: nothing would be left to drain with.
+// (see Leases and Fencing in the package doc). Its tables must exist, at
+// the version this package knows: call Migrate first (see Tables and
+// Rolling upgrades). The pool stays the caller's; the Queue holds one of
+// its connections for LISTEN unless Options.NoListen, and Close releases
+// it. A pool whose MaxConns is below MinListenConns is refused
+// (queue.ErrInvalidOptions) unless Options.NoListen or ReadOnly: nothing
+// would be left to drain with (see Connections).
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*queue.Queue, error) {
 	return newKnowing(ctx, pool, opts, len(must(migrationSteps())))
 }
