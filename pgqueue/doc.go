@@ -206,8 +206,11 @@
 // of at least MinListenConns connections, MaxConns beyond that bounding how
 // many of its Workers and producers reach the database at once; each
 // Queue of a fleet listens on one connection. One database holds one queue:
-// the tables' names are fixed, so a second queue needs another schema
-// (search_path) or database.
+// the tables' names are fixed, and so are the notification channels
+// (idem_queue, idem_queue_settled), which PostgreSQL keeps per database, so
+// a second queue belongs in another database; one in another schema
+// (search_path) of the same database would wake for the first's work and
+// hear its settles.
 //
 // What it does not do: it does not make a server idempotent (a lane's
 // order and the fence hold in the queue; the key does the rest on the
