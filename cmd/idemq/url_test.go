@@ -122,6 +122,7 @@ func TestURLSameAsFile(t *testing.T) {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			f := idemq(t, env, append([]string{"--file", file}, args...)...)
 			u := idemq(t, env, append(viaURL, args...)...)
+			t.Logf("idemq --url %v: exit %d\n%s%s", args, u.code, u.stdout, u.stderr)
 			assert.Equal(t, f.code, u.code, "exit code; stderr of --file:\n%s\nof --url:\n%s", f.stderr, u.stderr)
 			fout, uout := sameOutput(f.stdout), sameOutput(u.stdout)
 			if args[0] == "stats" {
