@@ -59,8 +59,14 @@ type Client struct {
 	// value is DeleteAfterDoubt.
 	DeletePolicy DeletePolicy
 	// Logger, if not nil, receives a debug record per attempt, an info
-	// record per retry and a warning per Unknown outcome. Keys, bodies and
-	// credentials are never logged, nor URL queries.
+	// record per retry and a warning per Unknown outcome. Their attributes
+	// are named as OpenTelemetry's HTTP semantic conventions name them
+	// (http.request.method, server.address, server.port, url.scheme,
+	// url.full, http.request.resend_count, http.response.status_code,
+	// error.message), idem's own under "idem." (idem.class, idem.action,
+	// idem.outcome, idem.attempt.duration, idem.retry.wait, ...), durations
+	// as time.Duration. Keys, bodies and credentials are never logged, nor
+	// URL queries.
 	Logger *slog.Logger
 	// OnAttempt, if not nil, is called after every attempt with the
 	// operation's context, for exporting metrics and traces. It runs on the

@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"log/slog"
+	"net/url"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -119,15 +121,19 @@ func (o observer) reportAttempt(ctx context.Context, r *run, action Action) {
 	if o.logger == nil || !o.logger.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
-	attrs := []slog.Attr{
-		slog.String("method", r.method), slog.String("url", r.safeURL()), slog.Int("n", r.n),
-		slog.String("class", a.Class.String()), slog.Int("status", a.Status), slog.String("action", action.String()),
-		slog.Int("conns", a.Wire.Conns), slog.Bool("wrote_headers", a.Wire.WroteHeaders),
-		slog.Bool("got_response", a.Wire.GotResponse), slog.Duration("duration", a.Duration),
-		slog.Duration("wait", a.Wait),
+	attrs := r.httpAttrs(r.n - 1)
+	if a.Status != 0 {
+		attrs = append(attrs, slog.Int("http.response.status_code", a.Status))
+	}
+	attrs = append(attrs,
+		slog.String("idem.class", a.Class.String()), slog.String("idem.action", action.String()),
+		slog.Int("idem.wire.conns", a.Wire.Conns), slog.Bool("idem.wire.wrote_headers", a.Wire.WroteHeaders),
+		slog.Bool("idem.wire.got_response", a.Wire.GotResponse), slog.Duration("idem.attempt.duration", a.Duration))
+	if a.Wait > 0 {
+		attrs = append(attrs, slog.Duration("idem.retry.wait", a.Wait))
 	}
 	if a.Err != nil {
-		attrs = append(attrs, slog.String("error", redact.Error(a.Err)))
+		attrs = append(attrs, slog.String("error.message", redact.Error(a.Err)))
 	}
 	o.logger.LogAttrs(ctx, slog.LevelDebug, "idem: attempt", attrs...)
 }
@@ -138,9 +144,9 @@ func (o observer) retry(ctx context.Context, r *run, wait time.Duration) {
 		o.m.retries[last.Class].Add(1)
 	}
 	if o.logger != nil {
-		o.logger.LogAttrs(ctx, slog.LevelInfo, "idem: retrying",
-			slog.String("method", r.method), slog.String("url", r.safeURL()),
-			slog.Int("n", r.n), slog.String("after", last.Class.String()), slog.Duration("wait", wait))
+		// The attempt to come is the n-th resend.
+		attrs := append(r.httpAttrs(r.n), slog.String("idem.class", last.Class.String()), slog.Duration("idem.retry.wait", wait))
+		o.logger.LogAttrs(ctx, slog.LevelInfo, "idem: retrying", attrs...)
 	}
 }
 
@@ -157,10 +163,33 @@ func (o observer) finish(ctx context.Context, r *run, out Outcome, replayed bool
 		if e != nil {
 			reason = e.Reason
 		}
-		o.logger.LogAttrs(ctx, slog.LevelWarn, "idem: outcome unknown",
-			slog.String("method", r.method), slog.String("url", r.safeURL()),
-			slog.Int("attempts", r.n), slog.String("reason", reason))
+		attrs := append(r.httpAttrs(0), slog.String("idem.outcome", out.String()),
+			slog.Int("idem.attempts", r.n), slog.String("idem.reason", reason))
+		o.logger.LogAttrs(ctx, slog.LevelWarn, "idem: outcome unknown", attrs...)
 	}
+}
+
+// httpAttrs are the attributes of r's request that every log record of idem
+// carries, named as OpenTelemetry's HTTP semantic conventions name them:
+// http.request.method, server.address, server.port, url.scheme, url.full
+// (without query, user info or fragment) and, when resends is above 0,
+// http.request.resend_count.
+func (r *run) httpAttrs(resends int) []slog.Attr {
+	full := r.safeURL()
+	as := make([]slog.Attr, 0, 12)
+	as = append(as, slog.String("http.request.method", r.method))
+	if u, err := url.Parse(full); err == nil && u.Host != "" {
+		port, _ := strconv.Atoi(u.Port())
+		if port == 0 {
+			port = map[string]int{"http": 80, "https": 443}[u.Scheme]
+		}
+		as = append(as, slog.String("server.address", u.Hostname()), slog.Int("server.port", port), slog.String("url.scheme", u.Scheme))
+	}
+	as = append(as, slog.String("url.full", full))
+	if resends > 0 {
+		as = append(as, slog.Int("http.request.resend_count", resends))
+	}
+	return as
 }
 
 // redacted shows an error without the request URL, keeping it for

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -56,10 +57,28 @@ func TestLoggerRecords(t *testing.T) {
 	}
 	assert.Equal(t, []string{"DEBUG", "INFO", "DEBUG", "WARN"}, levels)
 	assert.Equal(t, []string{"idem: attempt", "idem: retrying", "idem: attempt", "idem: outcome unknown"}, msgs)
-	assert.Equal(t, "ambiguous", recs[0]["class"])
-	assert.EqualValues(t, 503, recs[0]["status"])
-	assert.Equal(t, srv.URL+"/pay", recs[0]["url"])
-	assert.Contains(t, recs[3]["reason"], "attempts exhausted")
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	for i, r := range recs { // the HTTP semantic conventions' names, on every record
+		assert.Equal(t, "POST", r["http.request.method"], "record %d", i)
+		assert.Equal(t, "127.0.0.1", r["server.address"], "record %d", i)
+		assert.EqualValues(t, port, r["server.port"], "record %d", i)
+		assert.Equal(t, "http", r["url.scheme"], "record %d", i)
+		assert.Equal(t, srv.URL+"/pay", r["url.full"], "record %d", i)
+	}
+	assert.Equal(t, "ambiguous", recs[0]["idem.class"])
+	assert.EqualValues(t, 503, recs[0]["http.response.status_code"])
+	assert.NotContains(t, recs[0], "http.request.resend_count", "absent on the first attempt")
+	assert.EqualValues(t, 1, recs[1]["http.request.resend_count"], "the retry announces the first resend")
+	assert.Equal(t, "retry", recs[0]["idem.action"])
+	assert.Contains(t, recs[1], "idem.retry.wait")
+	assert.EqualValues(t, 1, recs[2]["http.request.resend_count"])
+	assert.Equal(t, "stop", recs[2]["idem.action"])
+	assert.Equal(t, "unknown", recs[3]["idem.outcome"])
+	assert.EqualValues(t, 2, recs[3]["idem.attempts"])
+	assert.Contains(t, recs[3]["idem.reason"], "attempts exhausted")
 
 	out := buf.String()
 	for _, secret := range []string{in.Key(), "BODYSECRET", "sk_live_SECRET", "QUERYSECRET"} {
