@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -17,7 +15,7 @@ import (
 // escapes every rune strconv.IsPrint rejects (C0 and C1 controls, DEL,
 // format characters such as the bidi ones, line separators, invalid UTF-8)
 // as Go writes it in a string literal (\x1b, \u202e); printable UTF-8 is
-// kept as it is. JSON goes through marshalJSON instead, whose escapes are
+// kept as it is. JSON goes through queueweb.MarshalJSON instead, whose escapes are
 // JSON's.
 
 // printable returns s with every rune that is not printable escaped, the
@@ -85,40 +83,3 @@ func (t textWriter) Write(p []byte) (int, error) {
 
 // textLayout are the runes textWriter writes as they are.
 const textLayout = "\n\t"
-
-// marshalJSON encodes v as indented JSON with every rune that is not
-// printable escaped, as \u escapes JSON decodes to the same text.
-// encoding/json escapes the C0 controls, but writes DEL, the C1 controls
-// and the bidi and other format characters as they are.
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	out := buf.Bytes()
-	b := make([]byte, 0, len(out))
-	for i := 0; i < len(out); {
-		r, n := utf8.DecodeRune(out[i:])
-		// Outside strings JSON holds only ASCII; the encoder wrote the C0
-		// controls as \u escapes and invalid UTF-8 as U+FFFD.
-		if r < 0x7f || (r >= utf8.RuneSelf && strconv.IsPrint(r)) {
-			b = append(b, out[i:i+n]...)
-		} else {
-			b = appendJSONEscape(b, r)
-		}
-		i += n
-	}
-	return b, nil
-}
-
-// appendJSONEscape appends r as a JSON \u escape: a surrogate pair beyond
-// the Basic Multilingual Plane.
-func appendJSONEscape(b []byte, r rune) []byte {
-	if r > 0xFFFF {
-		r -= 0x10000
-		return fmt.Appendf(b, `\u%04x\u%04x`, 0xD800+(r>>10), 0xDC00+(r&0x3FF))
-	}
-	return fmt.Appendf(b, `\u%04x`, r)
-}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/queue"
+	"github.com/idem-go/idem/queue/queueweb"
 )
 
 // rawControls are runes a record may hold that must never reach a
@@ -69,7 +70,7 @@ func TestShellCompletion(t *testing.T) {
 
 func TestJSONSafe(t *testing.T) {
 	in := map[string]string{"lane": "pay\x1b[2J\u202e\u009b\x7f\U000e0001 é😀"}
-	out, err := marshalJSON(in)
+	out, err := queueweb.MarshalJSON(in)
 	require.NoError(t, err)
 	for _, c := range append(rawControls, "\U000e0001") {
 		assert.NotContains(t, string(out), c)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idem-go/idem/queue"
+	"github.com/idem-go/idem/queue/queueweb"
 )
 
 // lsFilter selects the records ls lists.
@@ -123,9 +124,9 @@ func last(v recordView) string {
 	return strings.Join(parts, " ")
 }
 
-// writeJSON writes v as indented JSON, escaped by marshalJSON.
+// writeJSON writes v as indented JSON, escaped by queueweb.MarshalJSON.
 func writeJSON(a *app, v any) error {
-	out, err := marshalJSON(v)
+	out, err := queueweb.MarshalJSON(v)
 	if err != nil {
 		return err
 	}

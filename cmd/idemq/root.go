@@ -35,7 +35,7 @@ type app struct {
 	urlAuthEnv  string // names the variable holding url's Authorization header
 	lockTimeout time.Duration
 	// stdout and stderr take text, escaped (see textWriter); rawStdout
-	// takes JSON, escaped by marshalJSON, and rawStderr the progress bar.
+	// takes JSON, escaped by queueweb.MarshalJSON, and rawStderr the progress bar.
 	stdout, stderr       io.Writer
 	rawStdout, rawStderr io.Writer
 	now                  func() time.Time

@@ -185,7 +185,7 @@ func writeError(w http.ResponseWriter, status int, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	out, err := marshalJSON(v)
+	out, err := MarshalJSON(v)
 	if err != nil {
 		status, out = http.StatusInternalServerError, []byte(`{"error": "queueweb: cannot encode the answer"}`+"\n")
 	}

@@ -8,13 +8,13 @@ import (
 	"unicode/utf8"
 )
 
-// marshalJSON encodes v as indented JSON with every rune that is not
-// printable escaped, as \u escapes JSON decodes to the same text.
+// MarshalJSON encodes v as the handler writes its JSON, and as idemq
+// prints it: indented, with every rune that is not printable escaped, as \u escapes JSON decodes to the same text.
 // encoding/json escapes the C0 controls and, for HTML, <, > and &, but
 // writes DEL, the C1 controls and the bidi and other format characters as
 // they are: a record's lane must not reorder what a page or a terminal
 // shows.
-func marshalJSON(v any) ([]byte, error) {
+func MarshalJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")

@@ -32,7 +32,7 @@ func TestKeyPrefix(t *testing.T) {
 }
 
 func TestMarshalJSONEscapes(t *testing.T) {
-	out, err := marshalJSON(map[string]string{"lane": "a\x1b\x7f\u0085\u202e\U000e0001é😀<"})
+	out, err := MarshalJSON(map[string]string{"lane": "a\x1b\x7f\u0085\u202e\U000e0001é😀<"})
 	if err != nil {
 		t.Fatal(err)
 	}
