@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/queue"
 	"github.com/idem-go/idem/queue/queueweb"
 )
@@ -23,12 +22,8 @@ type source interface {
 	resubmit(ctx context.Context, id queue.ID, force bool) (queue.ID, error)
 }
 
-// discarded is what a discard did: the record's state before, and a
-// warning when it may have reached the server.
-type discarded struct {
-	State   string `json:"state"`
-	Warning string `json:"warning"`
-}
+// discarded is what a discard did (queueweb.Discard).
+type discarded = queueweb.Discarded
 
 // withSource runs fn on the queue --url or --file names: a file opened
 // with opts (read-only ones with opts.ReadOnly).
@@ -93,30 +88,20 @@ func (s fileSource) stats(ctx context.Context, opts queueweb.Options, now time.T
 }
 
 func (s fileSource) discard(ctx context.Context, id queue.ID) (discarded, error) {
-	r, err := s.q.Get(ctx, id)
-	if err != nil {
-		return discarded{}, err
-	}
-	if err := s.q.Discard(ctx, id); err != nil {
-		return discarded{}, err
-	}
-	d := discarded{State: r.State.String()}
-	if r.State == queue.Pending && !r.FirstSentAt.IsZero() {
-		d.Warning = fmt.Sprintf("%d may have reached the server (first sent %s): its outcome is unknown, reconcile it there",
-			id, r.FirstSentAt.UTC().Format(time.RFC3339))
-	}
-	return d, nil
+	return queueweb.Discard(ctx, s.q, id)
 }
 
 func (s fileSource) resubmit(ctx context.Context, id queue.ID, force bool) (queue.ID, error) {
-	r, err := s.q.Get(ctx, id)
-	if err != nil {
-		return 0, err
+	nid, err := queueweb.Resubmit(ctx, s.q, id, force)
+	if errors.Is(err, queueweb.ErrUnknownOutcome) {
+		return 0, needsForce(id)
 	}
-	if r.Outcome == idem.Unknown && !force {
-		return 0, fmt.Errorf("%d: outcome unknown: an attempt may have been applied, and a resubmit under a new key would apply it again; check with the server, then pass --force", id)
-	}
-	return s.q.Resubmit(ctx, id)
+	return nid, err
+}
+
+// needsForce is resubmit's refusal of a record whose outcome is unknown.
+func needsForce(id queue.ID) error {
+	return fmt.Errorf("%d: %w, then pass --force", id, queueweb.ErrUnknownOutcome)
 }
 
 // errNotOverURL is returned by the commands a handler does not serve.

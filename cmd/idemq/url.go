@@ -162,7 +162,7 @@ func (s urlSource) resubmit(ctx context.Context, id queue.ID, force bool) (queue
 		return 0, err
 	}
 	if v.Outcome != nil && *v.Outcome == idem.Unknown.String() && !force {
-		return 0, fmt.Errorf("%d: outcome unknown: an attempt may have been applied, and a resubmit under a new key would apply it again; check with the server, then pass --force", id)
+		return 0, needsForce(id)
 	}
 	q := url.Values{}
 	if force {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -328,32 +327,12 @@ func (h *handler) record(r *http.Request) (any, error) {
 	return RecordOf(rec), nil
 }
 
-// discarded is the answer of a discard: the record's state before, and a
-// warning when it may have reached the server.
-type discarded struct {
-	Discarded queue.ID `json:"discarded"`
-	State     string   `json:"state"`
-	Warning   string   `json:"warning,omitempty"`
-}
-
 func (h *handler) discard(r *http.Request) (any, error) {
 	id, err := pathID(r)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := h.q.Get(r.Context(), id)
-	if err != nil {
-		return nil, err
-	}
-	if err := h.q.Discard(r.Context(), id); err != nil {
-		return nil, err
-	}
-	out := discarded{Discarded: id, State: rec.State.String()}
-	if rec.State == queue.Pending && !rec.FirstSentAt.IsZero() {
-		out.Warning = fmt.Sprintf("%d may have reached the server (first sent %s): its outcome is unknown, reconcile it there",
-			id, rec.FirstSentAt.UTC().Format(time.RFC3339))
-	}
-	return out, nil
+	return Discard(r.Context(), h.q, id)
 }
 
 func (h *handler) resubmit(r *http.Request) (any, error) {
@@ -361,14 +340,10 @@ func (h *handler) resubmit(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec, err := h.q.Get(r.Context(), id)
-	if err != nil {
-		return nil, err
+	nid, err := Resubmit(r.Context(), h.q, id, r.URL.Query().Get("force") == "true")
+	if errors.Is(err, ErrUnknownOutcome) {
+		return nil, httpError{http.StatusConflict, fmt.Errorf("%d: %w, then pass force=true", id, err)}
 	}
-	if rec.Outcome == idem.Unknown && r.URL.Query().Get("force") != "true" {
-		return nil, httpError{http.StatusConflict, fmt.Errorf("%d: outcome unknown: an attempt may have been applied, and a resubmit under a new key would apply it again; check with the server, then pass force=true", id)}
-	}
-	nid, err := h.q.Resubmit(r.Context(), id)
 	if err != nil {
 		return nil, err
 	}
