@@ -122,9 +122,6 @@ which every replica reads. reset-clock says so and changes nothing.`,
 				})
 			}
 			if a.url != "" {
-				if a.file != "" || a.dsn != "" {
-					return a.checkFlags() // both given
-				}
 				s, err := a.urlSource()
 				if err != nil {
 					return err

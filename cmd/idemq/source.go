@@ -29,9 +29,6 @@ type discarded = queueweb.Discarded
 // with opts (read-only ones with opts.ReadOnly).
 func (a *app) withSource(opts queue.Options, fn func(source) error) error {
 	if a.url != "" {
-		if a.file != "" || a.dsn != "" {
-			return a.checkFlags() // both given
-		}
 		s, err := a.urlSource()
 		if err != nil {
 			return err

@@ -34,7 +34,12 @@ const urlTimeout = 30 * time.Second
 // maxAnswer bounds an answer idemq reads from the handler.
 const maxAnswer = 64 << 20
 
+// urlSource is the running application's queue --url names; a usage error
+// when a file or a DSN is given too, or the URL is not one to call.
 func (a *app) urlSource() (urlSource, error) {
+	if a.file != "" || a.dsn != "" {
+		return urlSource{}, a.checkFlags() // both given
+	}
 	u, err := url.Parse(a.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return urlSource{}, usagef("--url %s: want the http or https URL where the application mounts queueweb.Handler", redact.RawURL(a.url))
