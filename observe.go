@@ -143,7 +143,7 @@ func (o observer) retry(ctx context.Context, r *run, wait time.Duration) {
 	if int(last.Class) < len(o.m.retries) {
 		o.m.retries[last.Class].Add(1)
 	}
-	if o.logger != nil {
+	if o.logger != nil && o.logger.Enabled(ctx, slog.LevelInfo) {
 		// The attempt to come is the n-th resend.
 		attrs := append(r.httpAttrs(r.n), slog.String("idem.class", last.Class.String()), slog.Duration("idem.retry.wait", wait))
 		o.logger.LogAttrs(ctx, slog.LevelInfo, "idem: retrying", attrs...)
@@ -158,7 +158,7 @@ func (o observer) finish(ctx context.Context, r *run, out Outcome, replayed bool
 	if replayed {
 		o.m.replays.Add(1)
 	}
-	if out == Unknown && o.logger != nil {
+	if out == Unknown && o.logger != nil && o.logger.Enabled(ctx, slog.LevelWarn) {
 		reason := ""
 		if e != nil {
 			reason = e.Reason
