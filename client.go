@@ -68,10 +68,29 @@ type Client struct {
 	// as time.Duration. Keys, bodies and credentials are never logged, nor
 	// URL queries.
 	Logger *slog.Logger
-	// OnAttempt, if not nil, is called after every attempt with the
-	// operation's context, for exporting metrics and traces. It runs on the
-	// caller's goroutine and must be quick.
+	// OnAttempt, if not nil, is called after every attempt, once what
+	// follows it is known, with the attempt's context: the one OnSend
+	// returned, or the operation's without OnSend. It is for exporting
+	// metrics and traces; it runs on the caller's goroutine and must be
+	// quick.
 	OnAttempt func(context.Context, AttemptInfo)
+	// OnOperation, if not nil, is called as Do or Resume starts an
+	// operation, before its first attempt, with its method and URL (without
+	// query, user info or fragment). The context it returns, derived from
+	// ctx, is the operation's: its attempts, hooks and log records get it.
+	// end, if not nil, is called once as the operation ends, with its
+	// outcome and the error Do returns (nil on success). A tracer makes a
+	// span of the operation here; package github.com/idem-go/idem/otel does.
+	OnOperation func(ctx context.Context, method, url string) (_ context.Context, end func(Outcome, error))
+	// OnSend, if not nil, is called as each attempt's request is about to go
+	// out, Try's included, after Authorize. It may add header fields to req,
+	// such as a trace context, under the rules Authorize follows (the key
+	// header stays as the Client set it: an attempt whose key changed stops
+	// with ErrInvalidRequest). The context it returns, derived from
+	// req.Context(), becomes the request's and OnAttempt's for this attempt;
+	// nil keeps req's. A tracer starts the attempt's span here and puts its
+	// context in the request's headers.
+	OnSend func(req *http.Request) context.Context
 
 	budget  ownBudget
 	hcOnce  sync.Once
@@ -218,15 +237,22 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		return nil, err
 	}
 	r.inDoubt = inDoubt
+	ctx, end := r.obs.startOperation(ctx, &r)
 	resp, d, e := r.loop(ctx)
 	if e != nil {
 		drain(resp)
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
+		if end != nil {
+			end(e.Outcome, e)
+		}
 		return nil, e
 	}
 	res := r.result()
 	res.Outcome, res.Replayed, res.Response = d.Outcome, replay.Replayed(ownAnswer(resp, r.method).Header), resp
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
+	if end != nil {
+		end(res.Outcome, nil)
+	}
 	return res, nil
 }
 
@@ -260,7 +286,7 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent, p Policy) erro
 		runConfig: runConfig{
 			policy: p, budget: c.budget.or(c.Budget), deletePolicy: c.DeletePolicy,
 			clock: clockOr(c.clock), rand: c.rand,
-			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt},
+			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt, onOperation: c.OnOperation},
 		},
 		s:      &intentSender{c: c, in: in, hc: c.httpClient()},
 		method: in.method, url: in.url, hasKey: in.key != "", origin: in.u,

@@ -76,8 +76,9 @@ type AttemptInfo struct {
 	Method string
 	// URL is the request URL without its query, user info or fragment.
 	URL string
-	// N numbers the attempt within its operation, from 1; 1 for an
-	// attempt of Client.Try, which knows nothing of earlier ones.
+	// N numbers the attempt within its operation, from 1. For an attempt
+	// of Client.Try it is Step.N: 1 unless the caller, which alone knows
+	// the earlier attempts, set it (a queue does).
 	N int
 	// Attempt is the attempt's record.
 	Attempt Attempt
@@ -92,16 +93,33 @@ type AttemptInfo struct {
 	Action Action
 }
 
-// observer feeds the counters, the logger and the hook.
+// observer feeds the counters, the logger and the hooks.
 type observer struct {
-	m      *metrics
-	logger *slog.Logger
-	hook   func(context.Context, AttemptInfo)
+	m           *metrics
+	logger      *slog.Logger
+	hook        func(context.Context, AttemptInfo)
+	onOperation func(context.Context, string, string) (context.Context, func(Outcome, error))
+}
+
+// startOperation calls the OnOperation hook, if any, for r, and returns the
+// operation's context and the hook's end.
+func (o observer) startOperation(ctx context.Context, r *run) (context.Context, func(Outcome, error)) {
+	if o.onOperation == nil {
+		return ctx, nil
+	}
+	octx, end := o.onOperation(ctx, r.method, r.safeURL())
+	if octx == nil {
+		octx = ctx
+	}
+	return octx, end
 }
 
 // reportAttempt records the latest attempt of r, once what follows it (action)
 // is known.
 func (o observer) reportAttempt(ctx context.Context, r *run, action Action) {
+	if r.latestCtx != nil { // OnSend's, for this attempt
+		ctx = r.latestCtx
+	}
 	a := r.latest
 	// net/http may have sent the request on more than one connection.
 	o.m.attempts.Add(uint64(max(a.Wire.Conns, 1)))

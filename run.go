@@ -50,6 +50,9 @@ type run struct {
 	latest  Attempt
 	n       int
 	inDoubt bool // an attempt so far left the operation in doubt (decision.InDoubt)
+	// latestCtx is the context OnSend gave the latest attempt; nil without
+	// OnSend.
+	latestCtx context.Context
 	// refused is why the http.Client did not follow the latest attempt's
 	// redirect (its CheckRedirect's error); nil when it did, or none came.
 	refused error
@@ -201,6 +204,11 @@ func (r *run) send(ctx context.Context) (*http.Response, Attempt, error) {
 	}
 	rec := wire.New()
 	req, err := r.s.request(rec.WithContext(actx))
+	r.latestCtx = nil
+	if err == nil && r.s.hooked() {
+		req, err = r.s.hook(req)
+		r.latestCtx = req.Context()
+	}
 	if err != nil {
 		timer.Stop()
 		if cancel != nil {
@@ -326,7 +334,9 @@ func (r *run) outcome() Outcome { return outcomeAfter(ClassNone, r.inDoubt) }
 
 // logsURL reports whether anything will want the URL as a string: a
 // Transport formats it only then.
-func (r *run) logsURL() bool { return r.obs.hook != nil || r.obs.logger != nil }
+func (r *run) logsURL() bool {
+	return r.obs.hook != nil || r.obs.logger != nil || r.obs.onOperation != nil
+}
 
 // safeURL returns the URL without what may hold a secret, parsing it once
 // per run however many records show it.

@@ -20,6 +20,19 @@ type sender interface {
 	request(ctx context.Context) (*http.Request, error)
 	// send sends one attempt's request.
 	send(req *http.Request) (*http.Response, error)
+	// hooked reports whether an OnSend hook is set; hook calls it on
+	// req, returning req with the context it gave, and an error when it
+	// broke the request.
+	hooked() bool
+	hook(req *http.Request) (*http.Request, error)
+}
+
+// onSend calls f on req and returns req with the context f gave, if any.
+func onSend(f func(*http.Request) context.Context, req *http.Request) *http.Request {
+	if ctx := f(req); ctx != nil && ctx != req.Context() {
+		return req.WithContext(ctx)
+	}
+	return req
 }
 
 // intentSender sends the attempts of an Intent through a Client: the
@@ -31,6 +44,25 @@ type intentSender struct {
 }
 
 func (s *intentSender) send(req *http.Request) (*http.Response, error) { return s.hc.Do(req) }
+
+func (s *intentSender) hooked() bool { return s.c.OnSend != nil }
+
+// hook calls OnSend and holds it to Authorize's rules: the header stays
+// valid and the key as request set it.
+func (s *intentSender) hook(req *http.Request) (*http.Request, error) {
+	name := keyHeaderName(s.c.KeyHeader)
+	key := anycase.Values(req.Header, name)
+	req = onSend(s.c.OnSend, req)
+	if err := checkRequestHeader(req.Header, true); err != nil {
+		return req, fmt.Errorf("idem: OnSend: %w", err)
+	}
+	if len(key) == 1 {
+		if err := checkKeyKept(req.Header, name, key[0]); err != nil {
+			return req, fmt.Errorf("idem: OnSend: %w", err)
+		}
+	}
+	return req, nil
+}
 
 func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 	in, c := s.in, s.c
@@ -101,12 +133,34 @@ func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
 // requestSender passes a caller's request on, for Transport: the request
 // itself on the first attempt, a clone with a body from GetBody after.
 type requestSender struct {
-	base http.RoundTripper
-	req  *http.Request
-	used bool // the caller's own request (and body) went out
+	base   http.RoundTripper
+	req    *http.Request
+	used   bool // the caller's own request (and body) went out
+	shared bool // the latest request shares the caller's header
+	onSend func(*http.Request) context.Context
 }
 
 func (s *requestSender) send(req *http.Request) (*http.Response, error) { return s.base.RoundTrip(req) }
+
+func (s *requestSender) hooked() bool { return s.onSend != nil }
+
+// hook gives OnSend a header of its own when the request shares the
+// caller's, which RoundTrip must not change.
+func (s *requestSender) hook(req *http.Request) (*http.Request, error) {
+	if s.shared || req.Header == nil {
+		out := *req
+		out.Header = req.Header.Clone()
+		if out.Header == nil {
+			out.Header = make(http.Header)
+		}
+		req = &out
+	}
+	r := onSend(s.onSend, req)
+	if err := checkRequestHeader(r.Header, false); err != nil {
+		return r, fmt.Errorf("idem: OnSend: %w", err)
+	}
+	return r, nil
+}
 
 func (s *requestSender) request(ctx context.Context) (*http.Request, error) {
 	if !s.used { // the caller's own body goes out on the first attempt
@@ -116,9 +170,10 @@ func (s *requestSender) request(ctx context.Context) (*http.Request, error) {
 		if err := checkRequestHeader(s.req.Header, false); err != nil {
 			return nil, err
 		}
-		s.used = true
+		s.used, s.shared = true, true
 		return s.req.WithContext(ctx), nil
 	}
+	s.shared = false
 	out := s.req.Clone(ctx)
 	if s.req.GetBody != nil {
 		body, err := s.req.GetBody()

@@ -53,9 +53,14 @@ type Transport struct {
 	// DeletePolicy says when a DELETE answered 404 or 410 is done. The zero
 	// value is DeleteAfterDoubt.
 	DeletePolicy DeletePolicy
-	// Logger and OnAttempt are as in Client.
-	Logger    *slog.Logger
-	OnAttempt func(context.Context, AttemptInfo)
+	// Logger, OnAttempt, OnOperation and OnSend are as in Client: an
+	// operation is a RoundTrip, which ends as it returns. OnSend gets a
+	// request of its own, whose header it may change; the caller's is never
+	// changed.
+	Logger      *slog.Logger
+	OnAttempt   func(context.Context, AttemptInfo)
+	OnOperation func(ctx context.Context, method, url string) (_ context.Context, end func(Outcome, error))
+	OnSend      func(req *http.Request) context.Context
 	// DoubtWindow is how long the Transport remembers a key that a
 	// RoundTrip left in doubt (Unknown), so that a later RoundTrip under the
 	// same key, an SDK's own retry, ends Unknown short of success too. If
@@ -95,12 +100,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	s := &requestSender{base: base, req: req}
+	s := &requestSender{base: base, req: req, onSend: t.OnSend}
 	r := run{
 		runConfig: runConfig{
 			policy: p, budget: t.budget.or(t.Budget), deletePolicy: t.DeletePolicy,
 			clock: clockOr(t.clock), rand: t.rand,
-			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt},
+			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt, onOperation: t.OnOperation},
 		},
 		s: s, method: req.Method,
 	}
@@ -124,7 +129,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	remembered := t.inDoubt(key, r.clock) // an SDK's resend of a request left in doubt
 	r.inDoubt = r.inDoubt || remembered
-	ctx := req.Context()
+	ctx, end := r.obs.startOperation(req.Context(), &r)
 	var (
 		resp *http.Response
 		d    decision
@@ -147,6 +152,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		t.settle(key, e.Outcome, changed, r.clock)
 		rep.fill(Report{Outcome: e.Outcome, Err: e, Attempts: e.Attempts}, prev, changed)
+		if end != nil {
+			end(e.Outcome, e)
+		}
 		return nil, e
 	}
 	out := d.Outcome
@@ -162,6 +170,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if isRedirect(resp.StatusCode) {
 		resp.Body = &hopBody{ReadCloser: resp.Body, hop: hop{outcome: out, inDoubt: r.inDoubt}}
+	}
+	if end != nil {
+		end(out, nil)
 	}
 	return resp, nil
 }

@@ -34,6 +34,11 @@ type Step struct {
 	// Cause is the sentinel behind advice to stop, such as
 	// ErrCertificateDates or ErrRedirected; nil otherwise.
 	Cause error
+	// N numbers the attempt within its operation, from 1, for Report's
+	// observers (AttemptInfo.N, the logs' http.request.resend_count): Try
+	// sets 1, knowing nothing of earlier attempts; a caller that counts
+	// them, as a queue does, sets it before calling Report.
+	N int
 	// Response is the response, or nil when none came (Attempt.Err says
 	// why). The caller must close its Body. Its Retry-After header, if
 	// any, is the caller's to judge. As for Result.Response, after a
@@ -49,7 +54,8 @@ type Step struct {
 	// its next attempt. A Step whose Report is never called is missing from
 	// them, Stats.Requests included; calls after the first do nothing.
 	// Report is never nil and is safe to call from any goroutine; the hook
-	// is called with Try's ctx.
+	// is called with the attempt's context: the one OnSend returned, or
+	// Try's ctx.
 	Report func(action Action, wait time.Duration)
 }
 
@@ -93,14 +99,15 @@ func (c *Client) Try(ctx context.Context, in *Intent, prior Outcome, timeout tim
 		return nil, err
 	}
 	var once sync.Once
-	return &Step{
+	step := &Step{
 		Attempt: r.latest, Action: d.Action, Outcome: d.Outcome, InDoubt: d.InDoubt,
-		Reason: d.Reason, Cause: d.Cause, Response: resp,
-		Report: func(action Action, wait time.Duration) {
-			once.Do(func() {
-				r.latest.Wait = wait
-				r.obs.reportAttempt(ctx, &r, action)
-			})
-		},
-	}, nil
+		Reason: d.Reason, Cause: d.Cause, Response: resp, N: 1,
+	}
+	step.Report = func(action Action, wait time.Duration) {
+		once.Do(func() {
+			r.latest.Wait, r.n = wait, max(step.N, 1)
+			r.obs.reportAttempt(ctx, &r, action)
+		})
+	}
+	return step, nil
 }
