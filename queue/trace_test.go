@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -46,9 +47,10 @@ type ended struct {
 // fakeTracer injects the traceparent in producerKey, and records each
 // StartDrain and each end, which it also sends on ends.
 type fakeTracer struct {
-	mu     sync.Mutex // guards starts and over
+	mu     sync.Mutex // guards starts, over and log
 	starts []map[string]string
-	over   []int // how many times each drain's end was called
+	over   []int    // how many times each drain's end was called
+	log    []string // "start i" and "end i", in turn
 	ends   chan ended
 }
 
@@ -66,10 +68,12 @@ func (f *fakeTracer) StartDrain(ctx context.Context, r *Record) (context.Context
 	i := len(f.starts)
 	f.starts = append(f.starts, r.Trace)
 	f.over = append(f.over, 0)
+	f.log = append(f.log, fmt.Sprint("start ", i))
 	f.mu.Unlock()
 	return context.WithValue(ctx, drainKey{}, i), func(a idem.Action, o idem.Outcome, err error) {
 		f.mu.Lock()
 		f.over[i]++
+		f.log = append(f.log, fmt.Sprint("end ", i))
 		f.mu.Unlock()
 		f.ends <- ended{i, a, o, err}
 	}
@@ -227,6 +231,33 @@ func TestTraceUntracedRecordDrains(t *testing.T) {
 	starts, _ := tracer.started()
 	require.Len(t, starts, 1)
 	assert.Nil(t, starts[0])
+}
+
+// TestTraceLaneStreak drains a lane whose records are leased each with the
+// settle of the one before (settleDone): each drain ends before the next
+// starts.
+func TestTraceLaneStreak(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(srv.Close)
+	tracer := newFakeTracer()
+	opts := fast(&idem.Client{HTTPClient: srv.Client()})
+	opts.Tracer = tracer
+	q, _ := openTest(t, opts)
+	ctx := waitCtx(t)
+	const n = 4
+	for i := range n {
+		_, err := q.Enqueue(withParent(ctx, parentA), post(t, srv.URL+"/p", i, idem.WithKey(fmt.Sprint("k", i)), idem.WithLane("l")))
+		require.NoError(t, err)
+	}
+	run(t, q)
+	var want []string
+	for i := range n {
+		assert.Equal(t, ended{i, idem.ActionDone, idem.Applied, nil}, tracer.next(t))
+		want = append(want, fmt.Sprint("start ", i), fmt.Sprint("end ", i))
+	}
+	tracer.mu.Lock()
+	defer tracer.mu.Unlock()
+	assert.Equal(t, want, tracer.log)
 }
 
 func TestTraceResubmit(t *testing.T) {
