@@ -389,6 +389,17 @@ func TestTraceRecordEncoding(t *testing.T) {
 			assert.NotErrorIs(t, err, ErrNewerVersion)
 		})
 	}
+	t.Run("quarantined", func(t *testing.T) {
+		b := append([]byte(nil), good...)
+		b[len(b)-1] ^= 1 // the seal no longer matches
+		var r Record
+		err := r.UnmarshalBinary(b)
+		require.ErrorIs(t, err, ErrDamaged)
+		q := Quarantined(1, b, err, base)
+		assert.Nil(t, q.Trace, "a damaged record keeps no Trace")
+		require.NotNil(t, q.Intent, "the intact intent is kept")
+		assert.Equal(t, "k", q.Intent.Key())
+	})
 	t.Run("trace flag in version 1", func(t *testing.T) {
 		b := append([]byte(nil), good[:len(good)-4]...)
 		b[len(recordMagic)] = recordVersionUntraced
