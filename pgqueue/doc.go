@@ -97,6 +97,14 @@
 // levels for
 // REPEATABLE READ and SERIALIZABLE.
 //
+// A Producer with a Tracer (queue.Tracer) stores the producer's trace
+// context with each record its EnqueueTx queues (queue.Record.Trace), so
+// that a replica whose queue.Options.Tracer is set links the record's drain
+// to the code that enqueued it; EnqueueTx, the package function, is the
+// zero Producer's, which stores none. A replica of a build before
+// queue.Record.Trace leaves a traced record for a newer one, as it does any
+// record of a newer version.
+//
 // # Connections
 //
 // A Queue from New holds one of its pool's connections in LISTEN for its

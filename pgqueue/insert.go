@@ -17,6 +17,25 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// A Producer queues intents in the caller's transactions (EnqueueTx), as
+// the code that makes a business change does. Its zero value serves and is
+// what the package function EnqueueTx uses. A Producer is safe for
+// concurrent use if its Tracer is.
+type Producer struct {
+	// Tracer, if not nil, gives each record its Trace: what its Inject
+	// returns for the context EnqueueTx is called with (see queue.Tracer),
+	// so that the drain of the record, by any replica whose
+	// queue.Options.Tracer is set, is linked to the code that enqueued it.
+	// Nil stores none.
+	Tracer queue.Tracer
+}
+
+// EnqueueTx queues in within tx, the caller's transaction, as
+// Producer.EnqueueTx does with the zero Producer: the record has no Trace.
+func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error) {
+	return Producer{}.EnqueueTx(ctx, tx, in)
+}
+
 // EnqueueTx queues in within tx, the caller's transaction, and returns the
 // record's ID: the intent is queued if and only if tx commits, together
 // with whatever else tx writes (a transactional outbox). It adds one
@@ -39,10 +58,16 @@ type querier interface {
 // or giving it back (tx's COMMIT returns it). The caller rolls back and
 // retries the whole transaction, as with any transaction at those levels;
 // the retry gives the same operation the record that now holds its key.
-func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error) {
+//
+// With p.Tracer set, the record's Trace is what its Inject returns for ctx,
+// within the bounds of queue.BoundTrace.
+func (p Producer) EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error) {
 	r, err := queue.NewRecord(in, time.Time{}) // due at once; the database sets the enqueue time
 	if err != nil {
 		return 0, err
+	}
+	if p.Tracer != nil {
+		r.Trace = queue.BoundTrace(p.Tracer.Inject(ctx))
 	}
 	id, err := insert(ctx, tx, r)
 	if retryable(err) {

@@ -103,14 +103,14 @@ const maxStreak = 16
 
 // settleDone settles the leased r as done. When the store can
 // (leaseNexter), the same commit leases the next record of r's lane, if it
-// is due and within the horizon, and that record is attempted at once: a
-// lane in a steady drain costs one commit a record. After a crash either
+// is due and within the horizon, and that record is returned, to be
+// attempted at once: a lane in a steady drain costs one commit a record. After a crash either
 // both the settle and the lease are in the file or neither: at most one
 // record of the lane is in flight, and it is resent with its key.
-func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *Response, streak int) (time.Time, error) {
+func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *Response, streak int) (time.Time, *Record, error) {
 	ln, ok := q.st.(leaseNexter)
 	if !ok || streak+1 >= maxStreak || ctx.Err() != nil || q.isClosing() {
-		return q.now(), q.settleLeased(r, Done, o, "", res)
+		return q.now(), nil, q.settleLeased(r, Done, o, "", res)
 	}
 	markSettled(r, Done, o, "", res, q.now())
 	q.mu.Lock()
@@ -130,22 +130,44 @@ func (q *Queue) settleDone(ctx context.Context, r *Record, o idem.Outcome, res *
 		return true
 	})
 	if err != nil {
-		return q.now(), err
+		return q.now(), nil, err
 	}
 	q.settled(r, false)
-	if next == nil {
-		return q.now(), nil
-	}
-	return q.sendRecord(ctx, next, streak+1)
+	return q.now(), next, nil
 }
 
 // sendRecord sends one attempt of the leased r, the streak-th record in a row
-// of its lane this worker sends, and records what followed.
+// of its lane this worker sends, and records what followed; then, while the
+// lane's next record was leased with r's settle (settleDone), that one.
 func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Time, error) {
+	for {
+		next, more, err := q.drain(ctx, r, streak)
+		if more == nil {
+			return next, err
+		}
+		r, streak = more, streak+1
+	}
+}
+
+// drain makes one attempt of the leased r and records what followed, which
+// it tells Options.Tracer. It returns the lane's next record when its lease
+// was committed with r's settle.
+func (q *Queue) drain(ctx context.Context, r *Record, streak int) (time.Time, *Record, error) {
+	var d drainEnd
+	actx := q.startDrain(ctx, r, &d)
+	next, more, err := q.attempt(ctx, actx, r, streak, &d)
+	d.finish(r, err)
+	return next, more, err
+}
+
+// attempt sends one attempt of the leased r under actx, the drain's context
+// (ctx, the worker's, or derived from it by Options.Tracer), and records
+// what followed in the store and in d.
+func (q *Queue) attempt(ctx, actx context.Context, r *Record, streak int, d *drainEnd) (time.Time, *Record, error) {
 	// The timeout bounds the stored body's reading too, which the horizon
 	// counts as part of the attempt.
 	timeout := q.opts.Policy.AttemptTimeout
-	actx, cancel := context.WithTimeout(ctx, timeout)
+	actx, cancel := context.WithTimeout(actx, timeout)
 	defer cancel()
 	step, err := q.opts.Client.Try(actx, r.Intent, q.outcomeOf(r), timeout)
 	now := q.now()
@@ -153,16 +175,19 @@ func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Tim
 		r.LastError = redact.Error(err)
 		r.NumAttempts--
 		r.unsend()
+		d.err = err
 		if errors.Is(err, idem.ErrInvalidRequest) { // no later attempt can cure it
 			r.LastClass = idem.ClassInvalid
-			return now, q.settleLeased(r, Failed, q.outcomeOf(r), r.LastError, nil)
+			d.action = idem.ActionStop
+			return now, nil, q.settleLeased(r, Failed, q.outcomeOf(r), r.LastError, nil)
 		}
+		d.action = idem.ActionRetry
 		p := q.opts.Policy
 		next := now.Add(delay.Backoff(p.BaseDelay, p.MaxDelay, r.NumAttempts, q.opts.rand()))
 		if ctx.Err() != nil {
 			next = now // shutting down: due at once on the next run
 		}
-		return next, q.requeue(r, next)
+		return next, nil, q.requeue(r, next)
 	}
 	var res *Response
 	if step.Response != nil {
@@ -181,59 +206,58 @@ func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Tim
 	// action only advises: its schedule may fail, expire or hold instead.
 	switch action, outcome := step.Action, step.Outcome; {
 	case action == idem.ActionDone:
-		tell(step, idem.ActionDone, 0)
+		d.tell(step, idem.ActionDone, 0)
 		return q.settleDone(ctx, r, outcome, res, streak)
 	case errors.Is(step.Cause, idem.ErrCertificateDates):
-		return q.holdCertificate(r, step, now)
+		next, err := q.holdCertificate(r, step, now, d)
+		return next, nil, err
 	case action == idem.ActionStop && a.Status == http.StatusUnauthorized:
-		return q.unauthorized(r, step, now)
+		next, err := q.unauthorized(r, step, now, d)
+		return next, nil, err
 	case action == idem.ActionStop:
-		tell(step, idem.ActionStop, 0)
-		return now, q.settleLeased(r, Failed, outcome, step.Reason, res)
+		d.tell(step, idem.ActionStop, 0)
+		return now, nil, q.settleLeased(r, Failed, outcome, step.Reason, res)
 	}
-	return q.retryLater(r, step, now)
+	next, err := q.retryLater(r, step, now, d)
+	return next, nil, err
 }
-
-// tell reports to the Client's observers what the queue does after the
-// attempt step, with the wait before a retry.
-func tell(step *idem.Step, a idem.Action, wait time.Duration) { step.Report(a, wait) }
 
 // retryLater schedules the next attempt of r after the attempt step, or
 // settles r when no attempt could be made in time.
-func (q *Queue) retryLater(r *Record, step *idem.Step, now time.Time) (time.Time, error) {
+func (q *Queue) retryLater(r *Record, step *idem.Step, now time.Time, d *drainEnd) (time.Time, error) {
 	if step.Attempt.Class == idem.ClassNeverSent {
 		r.unsend()
 	}
 	v := delay.Next(q.rule(), r.NumAttempts, r.FirstSentAt, retryAfter(step), now, q.opts.rand())
 	if v.Stop != delay.Retry {
-		tell(step, idem.ActionStop, 0)
+		d.tell(step, idem.ActionStop, 0)
 		return now, q.settleLeased(r, Failed, q.outcomeOf(r), v.Reason, nil)
 	}
 	next := now.Add(v.Wait)
 	if ok, reason := q.h.fitsBefore(r, next); !ok {
-		tell(step, idem.ActionExpire, 0)
+		d.tell(step, idem.ActionExpire, 0)
 		if v.RetryAfter > 0 {
 			reason = fmt.Sprintf("the server asked to wait %v (Retry-After): %s", v.RetryAfter, reason)
 		}
 		return now, q.settleLeased(r, Expired, q.outcomeOf(r), reason, nil)
 	}
-	tell(step, idem.ActionRetry, v.Wait)
+	d.tell(step, idem.ActionRetry, v.Wait)
 	return next, q.requeue(r, next)
 }
 
 // unauthorized handles a 401, the attempt step: one more attempt at once
 // with fresh credentials, then the lane is held and reported, its records
 // kept.
-func (q *Queue) unauthorized(r *Record, step *idem.Step, now time.Time) (time.Time, error) {
+func (q *Queue) unauthorized(r *Record, step *idem.Step, now time.Time, d *drainEnd) (time.Time, error) {
 	if !r.InDoubt {
 		r.unsend() // a 401 comes before any effect; the key was not used
 	}
 	if !r.reauthorized {
 		r.reauthorized = true
-		tell(step, idem.ActionRetry, 0)
+		d.tell(step, idem.ActionRetry, 0)
 		return now, q.requeue(r, now)
 	}
-	tell(step, idem.ActionHold, 0)
+	d.tell(step, idem.ActionHold, 0)
 	if err := q.requeue(r, now); err != nil {
 		return now, err
 	}

@@ -86,8 +86,8 @@ func (q *Queue) endCertHolds() { q.dateHold = nil }
 // attempt not counted (the clock's fault, not the record's) and its
 // FirstSentAt cleared if this lease set it (nothing reached the server),
 // and sends to its host are held and reported.
-func (q *Queue) holdCertificate(r *Record, step *idem.Step, now time.Time) (time.Time, error) {
-	tell(step, idem.ActionHold, 0)
+func (q *Queue) holdCertificate(r *Record, step *idem.Step, now time.Time, d *drainEnd) (time.Time, error) {
+	d.tell(step, idem.ActionHold, 0)
 	r.NumAttempts--
 	r.unsend()
 	var (

@@ -95,6 +95,23 @@
 //     neither, so what the next run finds in flight is the one record whose
 //     attempt may have been sent, and it is resent with its key.
 //
+// # Tracing
+//
+// Options.Tracer links the drain of each record to the code that enqueued
+// it, for a tracing system (package github.com/idem-go/idem/otel has one;
+// this package imports none). Enqueue stores what the Tracer's Inject
+// returns for its context, such as the producer's W3C traceparent, in
+// Record.Trace, which survives restarts with the record; before each
+// attempt the drainer calls StartDrain with the record, runs the attempt
+// under the context it returns (the Client's hooks see it), and calls the
+// end it returned once, with what the queue did next. Without a Tracer
+// nothing is stored and nothing is called. A traced record is stored in a
+// version of the binary form that builds before Record.Trace do not read:
+// where the store is shared, as pgqueue's is, they leave it for a newer
+// build (ErrNewerVersion); an older build opening a bbolt file would
+// quarantine its traced records as damaged, so a file with traced records
+// is not for going back.
+//
 // # Caveats
 //
 // Exactly-once needs the server's side: a server that ignores the key, or

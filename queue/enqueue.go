@@ -33,18 +33,22 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	if q.opts.ReadOnly {
 		return 0, ErrReadOnly
 	}
-	return q.enqueue(ctx, in, 0)
+	return q.enqueue(ctx, in, 0, nil)
 }
 
 // enqueue is Enqueue, and Resubmit's copy of record resubmitOf when that is
-// not 0.
-func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, resubmitOf ID) (ID, error) {
+// not 0. The record's Trace is what Options.Tracer injects from ctx, or
+// else trace.
+func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, resubmitOf ID, trace map[string]string) (ID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	r, err := NewRecord(in, q.now())
 	if err != nil {
 		return 0, err
+	}
+	if r.Trace = q.inject(ctx); r.Trace == nil {
+		r.Trace = trace
 	}
 	id, err := q.st.Insert(ctx, r, resubmitOf)
 	if err != nil {

@@ -103,6 +103,7 @@ type fzFields struct {
 	CreatedAt                                                      int64
 	Header                                                         http.Header
 	Body                                                           []byte
+	Trace                                                          map[string]string
 }
 
 func fzRecordFields(r *Record) fzFields {
@@ -112,7 +113,7 @@ func fzRecordFields(r *Record) fzFields {
 		EnqueuedAt: binenc.Nanos(r.EnqueuedAt), SettledAt: binenc.Nanos(r.SettledAt),
 		InDoubt: r.InDoubt, LeaseSetFirstSent: r.leaseSetFirstSent, Reauthorized: r.reauthorized, Damaged: r.Damaged,
 		LastClass: r.LastClass, LastStatus: r.LastStatus, LastError: r.LastError, Reason: r.Reason,
-		ResubmittedAs: r.ResubmittedAs,
+		ResubmittedAs: r.ResubmittedAs, Trace: r.Trace,
 	}
 	if res := r.Result; res != nil {
 		f.HasResult, f.Truncated, f.ResultStatus, f.ResultBody = true, res.Truncated, res.Status, res.Body
@@ -172,5 +173,10 @@ func fzRecords(tb testing.TB) []*Record {
 		ID: 7, State: Failed, Outcome: idem.Unknown, Damaged: true, Reason: "damaged: unknown state 9", SettledAt: base,
 		Intent: mk("POST", "https://h/p", []byte("x"), idem.WithKey("k-7"), idem.WithLane("l")),
 	}
-	return []*Record{pending, inFlight, done, failed, expired, damaged, salvaged}
+	traced := &Record{
+		ID: 8, State: Pending, NextAttempt: base, EnqueuedAt: base,
+		Trace:  map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "congo=t61rcWkgMzE"},
+		Intent: mk("POST", "https://api.example/pay", []byte(`{"amount":2}`), idem.WithKey("k-8"), idem.WithLane("acct")),
+	}
+	return []*Record{pending, inFlight, done, failed, expired, damaged, salvaged, traced}
 }

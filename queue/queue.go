@@ -124,6 +124,11 @@ type Options struct {
 	// fresh file. The damaged file is kept beside it. Nil means Open
 	// refuses the file and leaves it as it is. Not read with ReadOnly.
 	SalvageDamaged func(SalvageReport)
+	// Tracer, if not nil, links the drain of each record to the code that
+	// enqueued it: Enqueue stores what its Inject returns in Record.Trace,
+	// and every attempt runs under the context its StartDrain returns (see
+	// Tracer). Nil means none, at no cost.
+	Tracer Tracer
 
 	// Seams for tests: nil means the real clock, math/rand/v2, os.OpenFile.
 	now      func() time.Time

@@ -191,7 +191,8 @@ func (q *Queue) discarded(id ID) {
 // new key, and returns the new record's ID; the old record notes it in
 // ResubmittedAs. It is never automatic: a resend under a new key can apply
 // the operation a second time if the first attempt did, which only the
-// operator can judge.
+// operator can judge. The copy's Trace is what Options.Tracer injects from
+// ctx, or else the old record's.
 func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 	if q.opts.ReadOnly {
 		return 0, ErrReadOnly
@@ -217,7 +218,7 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 	if err != nil {
 		return 0, err
 	}
-	return q.enqueue(ctx, fresh, id)
+	return q.enqueue(ctx, fresh, id, old.Trace)
 }
 
 // resubmittable says why r cannot be resubmitted, if it cannot.

@@ -140,6 +140,13 @@ type Record struct {
 	// rest is zero. It is never sent again nor resubmitted; Discard removes
 	// it.
 	Damaged bool
+	// Trace is what Options.Tracer's Inject stored when the record was
+	// enqueued, such as its producer's trace context (a W3C traceparent);
+	// nil when none. It holds at most 8 entries, of names up to 64 bytes
+	// and values up to 512 (see BoundTrace). A Resubmit's copy gets the
+	// resubmitting call's, or keeps the original's; a damaged record keeps
+	// none.
+	Trace map[string]string
 
 	// leaseSetFirstSent reports that the current lease set FirstSentAt, so
 	// a never-sent result may clear it again.
@@ -151,8 +158,17 @@ type Record struct {
 	intentBytes []byte
 }
 
-// recordVersion is the version of the binary form of a Record.
-const recordVersion = 1
+// recordVersion is the newest version of the binary form of a Record, the
+// one this build reads up to. Version 2 is version 1 with flagHasTrace set
+// and the trace's entries after the intent. A record without Trace is
+// written as version 1, byte for byte as before Trace, so that only a
+// traced record needs a build that knows Trace: an older one sees version
+// 2 as newer (ErrNewerVersion), and a store shared with it leaves the record
+// for a newer process instead of quarantining it.
+const recordVersion = 2
+
+// recordVersionUntraced is the version of a record without Trace.
+const recordVersionUntraced = 1
 
 // recordMagic starts every encoded record.
 const recordMagic = "iq"
@@ -178,6 +194,10 @@ const (
 	// its lane then empty too. Added to version 1 before any release: no
 	// file written without it exists.
 	flagDamaged
+	// flagHasTrace marks a record with a Trace, whose entries follow the
+	// intent. A record written before Trace has no such flag and reads as
+	// it did, with a nil Trace.
+	flagHasTrace
 )
 
 // encode returns the binary form of r: versioned and sealed with a CRC-32C.
@@ -197,14 +217,19 @@ func (r *Record) encode() ([]byte, error) {
 		{r.InDoubt, flagInDoubt}, {r.leaseSetFirstSent, flagLeaseSetFirstSent},
 		{r.reauthorized, flagReauthorized}, {r.Result != nil, flagHasResult},
 		{r.Result != nil && r.Result.Truncated, flagTruncated}, {r.Damaged, flagDamaged},
+		{len(r.Trace) > 0, flagHasTrace},
 	} {
 		if f.on {
 			flags |= f.bit
 		}
 	}
-	b := make([]byte, 0, 96+len(r.LastError)+len(r.Reason)+len(r.intentBytes)+resultSize(r.Result))
+	b := make([]byte, 0, 96+len(r.LastError)+len(r.Reason)+len(r.intentBytes)+resultSize(r.Result)+traceSize(r.Trace))
 	b = append(b, recordMagic...)
-	b = append(b, recordVersion, byte(r.State))
+	version := byte(recordVersionUntraced)
+	if len(r.Trace) > 0 {
+		version = recordVersion
+	}
+	b = append(b, version, byte(r.State))
 	b = binary.BigEndian.AppendUint64(b, uint64(binenc.Nanos(r.SettledAt)))
 	b = binenc.Append(b, r.lane())
 	b = binary.AppendUvarint(b, uint64(r.ID))
@@ -228,7 +253,21 @@ func (r *Record) encode() ([]byte, error) {
 		b = binenc.Append(b, r.Result.Body)
 	}
 	b = binenc.Append(b, r.intentBytes)
+	if len(r.Trace) > 0 {
+		var err error
+		if b, err = appendTrace(b, r.Trace); err != nil {
+			return nil, err
+		}
+	}
 	return binenc.Seal(b), nil
+}
+
+func traceSize(t map[string]string) int {
+	n := 0
+	for k, v := range t {
+		n += 4 + len(k) + len(v)
+	}
+	return n
 }
 
 func resultSize(r *Response) int {
@@ -273,7 +312,7 @@ func decodeRecord(data []byte) (*Record, error) {
 	}
 	if v := data[len(recordMagic)]; v > recordVersion {
 		return nil, fmt.Errorf("%w: %w: unknown record version %d (this build reads %d)", errCorrupt, ErrNewerVersion, v, recordVersion)
-	} else if v != recordVersion {
+	} else if v < recordVersionUntraced {
 		return nil, fmt.Errorf("%w: unknown record version %d (this build reads %d)", errCorrupt, v, recordVersion)
 	}
 	body, err := binenc.Unseal(data)
@@ -344,6 +383,12 @@ func decodeFields(body []byte) (r *Record, lane string, err error) {
 		r.Result = res
 	}
 	r.intentBytes = d.Bytes("intent")
+	switch traced := flags&flagHasTrace != 0; {
+	case traced != (body[len(recordMagic)] == recordVersion): // as encode writes them
+		return nil, "", fmt.Errorf("trace flag %v in a record of version %d", traced, body[len(recordMagic)])
+	case traced:
+		r.Trace = decodeTrace(&d)
+	}
 	if err := d.End(); err != nil {
 		return nil, "", err
 	}
@@ -367,7 +412,7 @@ func checkRecord(data []byte, id ID) (State, int64, string, error) {
 	if len(data) < laneOffset+1+4 || string(data[:len(recordMagic)]) != recordMagic {
 		return 0, 0, "", fmt.Errorf("%w: not a queue record", errCorrupt)
 	}
-	if v := data[len(recordMagic)]; v != recordVersion {
+	if v := data[len(recordMagic)]; v < recordVersionUntraced || v > recordVersion {
 		return 0, 0, "", fmt.Errorf("%w: unknown record version %d (this build reads %d)", errCorrupt, v, recordVersion)
 	}
 	body, err := binenc.Unseal(data)

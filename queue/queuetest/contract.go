@@ -59,6 +59,7 @@ func Run(t *testing.T, open Opener) {
 		{"DiscardAndResubmit", discardAndResubmit},
 		{"CountsAndList", countsAndList},
 		{"ExactlyOnceUnderFaults", exactlyOnceUnderFaults},
+		{"TraceRoundTrip", traceRoundTrip},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open) })
@@ -509,4 +510,72 @@ func exactlyOnceUnderFaults(t *testing.T, open Opener) {
 		assert.Equal(t, queue.Done, r.State, "record %d: %s", id, r.Reason)
 		assert.Equal(t, 1, srv.EffectsForKey(ins[i].Key()), "record %d applied once", id)
 	}
+}
+
+// traceKey carries a producer's traceparent in a context.
+type traceKey struct{}
+
+// tracer injects the traceparent in traceKey and sends the Trace each drain
+// starts with on started.
+type tracer struct{ started chan map[string]string }
+
+func (tr tracer) Inject(ctx context.Context) map[string]string {
+	if tp, ok := ctx.Value(traceKey{}).(string); ok {
+		return map[string]string{"traceparent": tp}
+	}
+	return nil
+}
+
+func (tr tracer) StartDrain(ctx context.Context, r *queue.Record) (context.Context, func(idem.Action, idem.Outcome, error)) {
+	tr.started <- r.Trace
+	return ctx, func(idem.Action, idem.Outcome, error) {}
+}
+
+// traceRoundTrip: the Trace that Options.Tracer injects at Enqueue is
+// stored with the record (Get, Wait, List), reaches StartDrain when the
+// record comes to the head of its lane, and a Resubmit without one of its
+// own keeps it.
+func traceRoundTrip(t *testing.T, open Opener) {
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	want := map[string]string{"traceparent": parent}
+	srv := newRecorder(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(http.StatusBadRequest) })
+	tr := tracer{started: make(chan map[string]string, 8)}
+	q := open(t, queue.Options{Policy: fast(), Tracer: tr})
+	ctx := waitCtx(t)
+	id, err := q.Enqueue(context.WithValue(ctx, traceKey{}, parent), intent(t, "POST", srv.URL+"/p", "x"))
+	require.NoError(t, err)
+	untraced, err := q.Enqueue(ctx, intent(t, "POST", srv.URL+"/p", "y"))
+	require.NoError(t, err)
+	r, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, want, r.Trace, "Get")
+
+	drain(t, q)
+	var started []map[string]string
+	for range 2 {
+		select {
+		case got := <-tr.started:
+			started = append(started, got)
+		case <-ctx.Done():
+			t.Fatal("no drain started")
+		}
+	}
+	assert.ElementsMatch(t, []map[string]string{want, nil}, started, "the Trace each StartDrain got")
+	r, err = q.Wait(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, queue.Failed, r.State)
+	assert.Equal(t, want, r.Trace, "the settled record")
+	r, err = q.Wait(ctx, untraced)
+	require.NoError(t, err)
+	assert.Nil(t, r.Trace, "a record enqueued under a context without trace")
+	list, err := q.List(ctx, queue.Failed, 0, 1)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, want, list[0].Trace, "List")
+
+	fresh, err := q.Resubmit(ctx, id)
+	require.NoError(t, err)
+	r, err = q.Get(ctx, fresh)
+	require.NoError(t, err)
+	assert.Equal(t, want, r.Trace, "a Resubmit under a context without trace keeps the record's")
 }
