@@ -189,6 +189,7 @@ func (q *Queue) attempt(ctx, actx context.Context, r *Record, streak int, d *dra
 		}
 		return next, nil, q.requeue(r, next)
 	}
+	step.N = r.NumAttempts // the record's attempts so far, this one included
 	var res *Response
 	if step.Response != nil {
 		res = q.keep(step.Response)

@@ -88,8 +88,9 @@ func TestQueueHookTellsWhatFollowed(t *testing.T) {
 			assert.Equal(t, tt.state, r.State, "record state")
 			assert.Equal(t, tt.want, log.actions(), "actions the hook heard")
 			assert.Equal(t, uint64(len(tt.want)), client.Stats().Requests, "each attempt counted once")
-			for _, ai := range log.infos() {
+			for i, ai := range log.infos() {
 				assert.Zero(t, ai.Attempt.Wait, "%s: no wait after an attempt nothing follows at a later time", ai.Action)
+				assert.Equal(t, i+1, ai.N, "the attempt's number in its record, for http.request.resend_count")
 			}
 		})
 	}
