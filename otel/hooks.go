@@ -35,6 +35,9 @@ type hooks struct {
 	duration   metric.Float64Histogram // http.client.request.duration
 	active     metric.Int64UpDownCounter
 	operations metric.Float64Histogram // idem.operation.duration
+	// The spans' start options, made once: a variadic call with a fresh
+	// option would allocate on every attempt.
+	internal, client []trace.SpanStartOption
 }
 
 func newHooks(c config) (*hooks, error) {
@@ -51,6 +54,8 @@ func newHooks(c config) (*hooks, error) {
 	return &hooks{
 		c: c, tracer: c.tracer(), propagator: c.textMapPropagator(),
 		duration: duration.Inst(), active: active.Inst(), operations: operations,
+		internal: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
+		client:   []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)},
 	}, nil
 }
 
@@ -61,7 +66,7 @@ func (h *hooks) operation(next operationFunc) operationFunc {
 	return func(ctx context.Context, m, rawURL string) (context.Context, func(idem.Outcome, error)) {
 		start := time.Now()
 		measured := h.operations.Enabled(ctx)
-		octx, span := h.tracer.Start(ctx, SpanOperationPrefix+m, trace.WithSpanKind(trace.SpanKindInternal))
+		octx, span := h.tracer.Start(ctx, spanName(SpanOperationPrefix, m), h.internal...)
 		if !span.SpanContext().IsValid() && !measured {
 			// Nothing to record nor to propagate: keep ctx as it was.
 			return callOperation(next, ctx, m, rawURL)
@@ -141,7 +146,7 @@ func (h *hooks) send(next sendFunc) sendFunc {
 	return func(req *http.Request) context.Context {
 		ctx := req.Context()
 		active := h.active.Enabled(ctx)
-		sctx, span := h.tracer.Start(ctx, SpanAttemptPrefix+req.Method, trace.WithSpanKind(trace.SpanKindClient))
+		sctx, span := h.tracer.Start(ctx, spanName(SpanAttemptPrefix, req.Method), h.client...)
 		if !span.SpanContext().IsValid() && !active && !h.duration.Enabled(ctx) {
 			return callSend(next, req)
 		}
@@ -221,4 +226,38 @@ func endAttemptSpan(span trace.Span, ai idem.AttemptInfo, errType string) {
 		}
 	}
 	span.End(opts...)
+}
+
+// spanName returns prefix + method, without allocating for the methods
+// most requests use.
+func spanName(prefix, method string) string {
+	switch prefix {
+	case SpanAttemptPrefix:
+		switch method {
+		case http.MethodGet:
+			return SpanAttemptPrefix + http.MethodGet
+		case http.MethodPost:
+			return SpanAttemptPrefix + http.MethodPost
+		case http.MethodPut:
+			return SpanAttemptPrefix + http.MethodPut
+		case http.MethodPatch:
+			return SpanAttemptPrefix + http.MethodPatch
+		case http.MethodDelete:
+			return SpanAttemptPrefix + http.MethodDelete
+		}
+	case SpanOperationPrefix:
+		switch method {
+		case http.MethodGet:
+			return SpanOperationPrefix + http.MethodGet
+		case http.MethodPost:
+			return SpanOperationPrefix + http.MethodPost
+		case http.MethodPut:
+			return SpanOperationPrefix + http.MethodPut
+		case http.MethodPatch:
+			return SpanOperationPrefix + http.MethodPatch
+		case http.MethodDelete:
+			return SpanOperationPrefix + http.MethodDelete
+		}
+	}
+	return prefix + method
 }
