@@ -128,4 +128,3 @@ func TestAttemptHookAllocs(t *testing.T) {
 		}
 	}
 }
-
