@@ -45,7 +45,7 @@
 // The operation's span ("idem " + method) has http.request.method,
 // server.address, server.port, url.scheme and, at its end, idem.outcome;
 // when Do returns an error, error.type and the status Error with the
-// error's message, without the URL. A 4xx rejection is a Result, not an
+// error's outcome and reason, without the URL. A 4xx rejection is a Result, not an
 // error: its span has idem.outcome="not_applied" and no error.
 //
 // An attempt's span is named as otelhttp names its client spans ("HTTP " +

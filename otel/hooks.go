@@ -91,7 +91,7 @@ func (h *hooks) operation(next operationFunc) operationFunc {
 				span.SetAttributes(AttrOutcome.String(out.String()))
 				if errType != "" {
 					span.SetAttributes(semconv.ErrorTypeKey.String(errType))
-					span.SetStatus(codes.Error, redact.Error(err))
+					span.SetStatus(codes.Error, operationErrorText(err))
 				}
 			}
 			span.End()
@@ -105,6 +105,20 @@ func (h *hooks) operation(next operationFunc) operationFunc {
 			}
 		}
 	}
+}
+
+// operationErrorText describes err for a span's status: an *idem.Error by
+// its outcome and reason, which unlike its Error hold no URL; another by
+// its message without the URL net/http puts in front of it.
+func operationErrorText(err error) string {
+	var e *idem.Error
+	if !errors.As(err, &e) {
+		return redact.Error(err)
+	}
+	if e.Reason == "" {
+		return "outcome " + e.Outcome.String()
+	}
+	return "outcome " + e.Outcome.String() + ": " + e.Reason
 }
 
 func callOperation(next operationFunc, ctx context.Context, m, rawURL string) (context.Context, func(idem.Outcome, error)) {

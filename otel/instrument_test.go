@@ -366,3 +366,22 @@ func TestInstrumentNoop(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, idem.Applied, doPost(t, client, scripted(t, []int{201}).URL+"/orders"))
 }
+
+// TestInstrumentOperationError: an operation that ends in an error has
+// error.type and the status Error on its span, with a description that
+// holds no URL.
+func TestInstrumentOperationError(t *testing.T) {
+	recorder, tracing := newTracer(t)
+	client := &idem.Client{Policy: idem.Policy{MaxAttempts: 1}}
+	_, err := Instrument(client, tracing)
+	require.NoError(t, err)
+	srv := scripted(t, []int{503})
+	assert.Equal(t, idem.Unknown, doPost(t, client, srv.URL+"/orders/8213?api_key=secret"))
+
+	lines := spanLines(recorder.Ended(), nil)
+	require.Len(t, lines, 2, "spans")
+	assert.Equal(t, strings.ReplaceAll(
+		"idem POST internal parent=- error.type=503 http.request.method=POST idem.outcome=unknown $T status=Error: outcome unknown: attempts exhausted (1 of 1)",
+		"$T", hostAttrs(srv)), lines[1], "the operation's span")
+	assert.NotContains(t, lines[1], "8213", "the operation's span")
+}
