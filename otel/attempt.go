@@ -5,17 +5,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"syscall"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
-	"go.opentelemetry.io/otel/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/idem-go/idem"
 )
@@ -23,65 +21,12 @@ import (
 // errorTypeOther is semconv's error.type for an error it has no name for.
 const errorTypeOther = "_OTHER"
 
-// durationBuckets are the bucket bounds of idem.attempt.duration, in seconds:
-// the semantic conventions' advice for http.client.request.duration, so that
-// the two histograms line up. A function, so that no caller can change them
-// for everyone.
+// durationBuckets are the bucket bounds of http.client.request.duration
+// and idem.operation.duration, in seconds: the semantic conventions' advice
+// for the first, so that the two histograms line up. A function, so that no
+// caller can change them for everyone.
 func durationBuckets() []float64 {
 	return []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
-}
-
-// attemptHook returns an OnAttempt hook recording on c's meter, and calling
-// next, if not nil, afterwards.
-func attemptHook(c config, next func(context.Context, idem.AttemptInfo)) (func(context.Context, idem.AttemptInfo), error) {
-	m := c.meter()
-	attempts, err1 := m.Int64Counter(MetricAttempts,
-		metric.WithUnit("{attempt}"),
-		metric.WithDescription("Attempts sent; an operation's first included."))
-	duration, err2 := m.Float64Histogram(MetricAttemptDuration,
-		metric.WithUnit("s"),
-		metric.WithDescription("Duration of one attempt, until its response headers or its error."),
-		metric.WithExplicitBucketBoundaries(durationBuckets()...))
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("idemotel: %w", err)
-	}
-	return func(ctx context.Context, ai idem.AttemptInfo) {
-		kv := attemptAttrs(ai)
-		// ctx is the operation's: exemplars link measurements to its span.
-		opt := c.with(kv...)
-		attempts.Add(ctx, 1, opt)
-		duration.Record(ctx, ai.Attempt.Duration.Seconds(), opt)
-		if span := trace.SpanFromContext(ctx); span.IsRecording() {
-			span.AddEvent(EventAttempt, trace.WithAttributes(kv...))
-		}
-		if next != nil {
-			next(ctx, ai)
-		}
-	}, nil
-}
-
-// attemptAttrs returns the attributes of one attempt. None carries a key, a
-// body, a URL or an error message: a URL path often holds IDs (/orders/8213),
-// and one series per order would be a cardinality explosion.
-func attemptAttrs(ai idem.AttemptInfo) []attribute.KeyValue {
-	a := ai.Attempt
-	kv := make([]attribute.KeyValue, 0, 6)
-	kv = append(kv,
-		method(ai.Method),
-		AttrClass.String(a.Class.String()),
-		AttrAction.String(ai.Action.String()),
-	)
-	if a.Status != 0 { // no response: a status of 0 would be a false series
-		kv = append(kv, semconv.HTTPResponseStatusCode(a.Status))
-	}
-	// The conventions set resend_count only on a request that was resent.
-	if ai.N > 1 {
-		kv = append(kv, semconv.HTTPRequestResendCount(ai.N-1))
-	}
-	if t := errorType(a); t != "" {
-		kv = append(kv, semconv.ErrorTypeKey.String(t))
-	}
-	return kv
 }
 
 // method is the http.request.method attribute: one of the methods the
@@ -143,4 +88,115 @@ func transportErrorType(err error) string {
 		return "tls_certificate"
 	}
 	return errorTypeOther
+}
+
+// operationErrorType is the error.type of an operation that ended with err:
+// why it stopped when that was the context or a bad request, else the last
+// attempt's error.type ("503", "timeout"), else "_OTHER".
+func operationErrorType(err error) string {
+	var e *idem.Error
+	if !errors.As(err, &e) {
+		return transportErrorType(err)
+	}
+	if e.Err != nil {
+		if t := transportErrorType(e.Err); t != errorTypeOther {
+			return t
+		}
+	}
+	if n := len(e.Attempts); n > 0 {
+		if t := errorType(e.Attempts[n-1]); t != "" {
+			return t
+		}
+	}
+	return errorTypeOther
+}
+
+// target holds the attributes that name where a request goes:
+// http.request.method, server.address, server.port and url.scheme, the
+// ones every span and measurement of this package carries.
+type target struct {
+	kv [4]attribute.KeyValue
+	n  int
+}
+
+// targetOf returns the target of a request with method m to u. server.port
+// is the URL's port or its scheme's default, absent when neither is known.
+func targetOf(m string, u *url.URL) target {
+	t := target{n: 1}
+	t.kv[0] = method(m)
+	if u == nil || u.Host == "" {
+		return t
+	}
+	port, _ := strconv.Atoi(u.Port())
+	if port == 0 {
+		switch u.Scheme {
+		case "http":
+			port = 80
+		case "https":
+			port = 443
+		}
+	}
+	t.kv[t.n] = semconv.ServerAddress(u.Hostname())
+	t.n++
+	if port != 0 {
+		t.kv[t.n] = semconv.ServerPort(port)
+		t.n++
+	}
+	t.kv[t.n] = semconv.URLScheme(u.Scheme)
+	t.n++
+	return t
+}
+
+// targetOfRaw is targetOf for a URL given as a string, as AttemptInfo.URL
+// and OnOperation give it.
+func targetOfRaw(m, raw string) target {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return targetOf(m, nil)
+	}
+	return targetOf(m, u)
+}
+
+// attrs returns t's attributes.
+func (t *target) attrs() []attribute.KeyValue { return t.kv[:t.n] }
+
+// attemptMetricAttrs returns the attributes of an attempt's
+// http.client.request.duration measurement: t's, then the response status,
+// error.type, idem.class and idem.action. None carries a key, a body, a URL
+// path or an error message: a path often holds IDs (/orders/8213), and one
+// series per order would be a cardinality explosion.
+func attemptMetricAttrs(t *target, ai idem.AttemptInfo, errType string) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 8)
+	kv = append(kv, t.attrs()...)
+	if ai.Attempt.Status != 0 { // no response: a status of 0 would be a false series
+		kv = append(kv, semconv.HTTPResponseStatusCode(ai.Attempt.Status))
+	}
+	if errType != "" {
+		kv = append(kv, semconv.ErrorTypeKey.String(errType))
+	}
+	return append(kv,
+		AttrClass.String(ai.Attempt.Class.String()),
+		AttrAction.String(ai.Action.String()),
+	)
+}
+
+// attemptSpanAttrs returns what an attempt's span learns once the attempt
+// is over: the response status, http.request.resend_count (which the
+// conventions set only on a request that was resent), error.type,
+// idem.class and idem.action.
+func attemptSpanAttrs(ai idem.AttemptInfo, errType string) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 5)
+	if ai.Attempt.Status != 0 {
+		kv = append(kv, semconv.HTTPResponseStatusCode(ai.Attempt.Status))
+	}
+	if ai.N > 1 {
+		kv = append(kv, semconv.HTTPRequestResendCount(ai.N-1))
+	}
+	if errType != "" {
+		kv = append(kv, semconv.ErrorTypeKey.String(errType))
+	}
+	return append(kv,
+		AttrClass.String(ai.Attempt.Class.String()),
+		AttrAction.String(ai.Action.String()),
+	)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"syscall"
 	"testing"
 
@@ -17,6 +18,10 @@ import (
 
 	"github.com/idem-go/idem"
 )
+
+// resendCount matches the resend count among attributes as attrs formats
+// them.
+var resendCount = regexp.MustCompile(` http\.request\.resend_count=\d+`)
 
 func TestAttemptAttrs(t *testing.T) {
 	tests := []struct {
@@ -71,8 +76,15 @@ func TestAttemptAttrs(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := attrs(attribute.NewSet(attemptAttrs(tt.info)...))
-			assert.Equal(t, tt.want, got, "attemptAttrs(%+v)", tt.info)
+			errType := errorType(tt.info.Attempt)
+			span := append(attemptSpanAttrs(tt.info, errType), method(tt.info.Method))
+			assert.Equal(t, tt.want, attrs(attribute.NewSet(span...)), "attemptSpanAttrs(%+v) and the method", tt.info)
+			// The histogram has the same, except the resend count, which would
+			// multiply its series.
+			wantMetric := resendCount.ReplaceAllString(tt.want, "")
+			target := targetOf(tt.info.Method, nil)
+			got := attrs(attribute.NewSet(attemptMetricAttrs(&target, tt.info, errType)...))
+			assert.Equal(t, wantMetric, got, "attemptMetricAttrs(%+v)", tt.info)
 		})
 	}
 }
@@ -107,6 +119,51 @@ func TestTransportErrorType(t *testing.T) {
 	for _, tt := range tests {
 		if got := transportErrorType(tt.err); got != tt.want {
 			t.Errorf("transportErrorType(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestTargetOf(t *testing.T) {
+	tests := []struct {
+		method, url, want string
+	}{
+		{"POST", "http://127.0.0.1:8080/orders", "http.request.method=POST server.address=127.0.0.1 server.port=8080 url.scheme=http"},
+		{"GET", "https://shop.example/orders/17", "http.request.method=GET server.address=shop.example server.port=443 url.scheme=https"},
+		{"PUT", "http://shop.example/x", "http.request.method=PUT server.address=shop.example server.port=80 url.scheme=http"},
+		{"PURGE", "http://[::1]:9/x", "http.request.method=_OTHER server.address=::1 server.port=9 url.scheme=http"},
+		{"GET", "ftp://shop.example/x", "http.request.method=GET server.address=shop.example url.scheme=ftp"},
+		{"GET", "%zz", "http.request.method=GET"},
+	}
+	for _, tt := range tests {
+		target := targetOfRaw(tt.method, tt.url)
+		if got := attrs(attribute.NewSet(target.attrs()...)); got != tt.want {
+			t.Errorf("targetOfRaw(%q, %q) = %q, want %q", tt.method, tt.url, got, tt.want)
+		}
+	}
+}
+
+func TestOperationErrorType(t *testing.T) {
+	refused := &url.Error{Op: "Post", URL: "http://shop/orders", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"rejected", &idem.Error{Outcome: idem.NotApplied, Status: 400,
+			Attempts: []idem.Attempt{{Class: idem.ClassRejected, Status: 400}}}, "400"},
+		{"attempts exhausted after 503s", &idem.Error{Outcome: idem.Unknown, Status: 503, Err: idem.ErrAttemptsExhausted,
+			Attempts: []idem.Attempt{{Class: idem.ClassAmbiguous, Status: 503}}}, "503"},
+		{"refused", &idem.Error{Outcome: idem.NotApplied, Err: idem.ErrAttemptsExhausted,
+			Attempts: []idem.Attempt{{Class: idem.ClassNeverSent, Err: refused}}}, "connection_refused"},
+		{"canceled while waiting after a 503", &idem.Error{Outcome: idem.Unknown, Err: context.Canceled,
+			Attempts: []idem.Attempt{{Class: idem.ClassAmbiguous, Status: 503}}}, "canceled"},
+		{"not an idem.Error", fmt.Errorf("%w: bad header", idem.ErrInvalidRequest), "invalid_request"},
+		{"nothing known", &idem.Error{Outcome: idem.NotApplied, Err: idem.ErrNoKey}, "_OTHER"},
+	}
+	for _, tt := range tests {
+		if got := operationErrorType(tt.err); got != tt.want {
+			t.Errorf("%s: operationErrorType(%v) = %q, want %q", tt.name, tt.err, got, tt.want)
 		}
 	}
 }

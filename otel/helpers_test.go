@@ -1,18 +1,29 @@
 package idemotel
 
 import (
+	"cmp"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
 )
@@ -24,10 +35,19 @@ const hang = -1
 // order, and marks a 2xx to a key it answered before as a replay. With no
 // statuses it returns a closed server: connections are refused.
 func scripted(t *testing.T, statuses []int) *httptest.Server {
-	var mu sync.Mutex // guards next and seen
+	srv, _ := scriptedTraced(t, statuses)
+	return srv
+}
+
+// scriptedTraced is scripted, and returns a function that gives the
+// traceparent header of each request so far.
+func scriptedTraced(t *testing.T, statuses []int) (*httptest.Server, func() []string) {
+	var mu sync.Mutex // guards next, seen and parents
 	next, seen := 0, map[string]bool{}
+	var parents []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
+		parents = append(parents, r.Header.Get("Traceparent"))
 		if next == len(statuses) {
 			mu.Unlock()
 			t.Errorf("request %d %s beyond the script %v", next+1, r.URL, statuses)
@@ -55,7 +75,11 @@ func scripted(t *testing.T, statuses []int) *httptest.Server {
 	} else {
 		t.Cleanup(srv.Close)
 	}
-	return srv
+	return srv, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(parents)
+	}
 }
 
 // newReader returns a ManualReader and a MeterProvider that reports to it.
@@ -146,4 +170,58 @@ func attrs(s attribute.Set) string {
 		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
 	}
 	return strings.Join(parts, " ")
+}
+
+// newTracer returns a SpanRecorder and the options for a TracerProvider
+// that reports to it and the W3C trace-context propagator.
+func newTracer(t *testing.T) (*tracetest.SpanRecorder, Option) {
+	recorder := tracetest.NewSpanRecorder()
+	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	return recorder, func(c *config) {
+		WithTracerProvider(provider)(c)
+		WithPropagator(propagation.TraceContext{})(c)
+	}
+}
+
+// hostAttrs formats server.address, server.port and url.scheme of srv, as
+// attrs does.
+func hostAttrs(srv *httptest.Server) string {
+	u, _ := url.Parse(srv.URL)
+	return "server.address=" + u.Hostname() + " server.port=" + u.Port() + " url.scheme=http"
+}
+
+// spanLines formats spans, in the order they ended, as "name kind
+// parent=P attributes", where P names the parent by its index in spans, or
+// by its name in named, or is "-" for a root; and " status=Error: desc"
+// after an error status.
+func spanLines(spans []sdktrace.ReadOnlySpan, named map[trace.SpanID]string) []string {
+	ids := map[trace.SpanID]string{}
+	for i, s := range spans {
+		ids[s.SpanContext().SpanID()] = strconv.Itoa(i)
+	}
+	var out []string
+	for _, s := range spans {
+		parent := "-"
+		if p := s.Parent(); p.IsValid() {
+			parent = cmp.Or(ids[p.SpanID()], named[p.SpanID()], "?")
+		}
+		line := fmt.Sprintf("%s %s parent=%s %s", s.Name(), s.SpanKind(), parent, attrs(attribute.NewSet(s.Attributes()...)))
+		if st := s.Status(); st.Code == codes.Error {
+			line += " status=Error: " + st.Description
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// spanRecorder is the SDK's recorder of ended spans.
+type spanRecorder = tracetest.SpanRecorder
+
+// tracerFor returns a tracer of a provider reporting to recorder, for the
+// caller's own spans.
+func tracerFor(t *testing.T, recorder *spanRecorder) trace.Tracer {
+	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	return provider.Tracer("test")
 }

@@ -12,17 +12,31 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idem-go/idem"
 )
 
-// The attribute sets the tests expect, as attrs formats them.
+// The attribute sets the tests expect, as attrs formats them; $T stands
+// for the server's address, port and scheme (hostAttrs).
 const (
-	post503     = "error.type=503 http.request.method=POST http.response.status_code=503 idem.action=retry idem.class=ambiguous"
-	post201Once = "http.request.method=POST http.request.resend_count=1 http.response.status_code=201 idem.action=done idem.class=applied"
+	post503     = "error.type=503 http.request.method=POST http.response.status_code=503 idem.action=retry idem.class=ambiguous $T"
+	post201     = "http.request.method=POST http.response.status_code=201 idem.action=done idem.class=applied $T"
+	postApplied = "http.request.method=POST idem.outcome=applied $T"
+	postTarget  = "http.request.method=POST $T"
 )
+
+// fill replaces $T in each key of want with srv's attributes.
+func fill(want points, host string) points {
+	out := points{}
+	for k, v := range want {
+		out[strings.ReplaceAll(k, "$T", host)] = v
+	}
+	return out
+}
 
 func TestInstrumentNames(t *testing.T) {
 	reader, provider := newReader(t)
@@ -36,12 +50,12 @@ func TestInstrumentNames(t *testing.T) {
 		got[name] = in.kind + " " + in.unit
 	}
 	want := map[string]string{
-		MetricAttempts:        "counter {attempt}",
-		MetricAttemptDuration: "histogram s",
-		MetricOperations:      "counter {operation}",
-		MetricReplays:         "counter {operation}",
-		MetricBudgetRefusals:  "counter {retry}",
-		MetricBudgetTokens:    "gauge {token}",
+		"http.client.request.duration": "histogram s",
+		"http.client.active_requests":  "up-down counter {request}",
+		"idem.operation.duration":      "histogram s",
+		"idem.replays":                 "counter {operation}",
+		"idem.retry_budget.refusals":   "counter {retry}",
+		"idem.retry_budget.tokens":     "gauge {token}",
 	}
 	assert.Equal(t, want, got, "instruments: name -> kind and unit")
 }
@@ -61,42 +75,44 @@ func TestInstrumentClient(t *testing.T) {
 		name:     "503 then a replayed 201",
 		statuses: []int{503, 201},
 		want: map[string]points{
-			MetricAttempts:        {post503: 1, post201Once: 1},
-			MetricAttemptDuration: {post503: 1, post201Once: 1},
-			MetricOperations:      {"idem.outcome=applied": 1},
-			MetricReplays:         {"-": 1},
-			MetricBudgetRefusals:  {"-": 0},
+			MetricRequestDuration:   {post503: 1, post201: 1},
+			MetricActiveRequests:    {postTarget: 0},
+			MetricOperationDuration: {postApplied: 1},
+			MetricReplays:           {"-": 1},
+			MetricBudgetRefusals:    {"-": 0},
 		},
 	}, {
 		name:     "400: rejected, no retry",
 		statuses: []int{400},
 		want: map[string]points{
-			MetricAttempts: {
-				"error.type=400 http.request.method=POST http.response.status_code=400 idem.action=stop idem.class=rejected": 1,
+			MetricRequestDuration: {
+				"error.type=400 http.request.method=POST http.response.status_code=400 idem.action=stop idem.class=rejected $T": 1,
 			},
-			MetricOperations: {"idem.outcome=not_applied": 1},
-			MetricReplays:    {"-": 0},
+			// A rejection is a Result, not an error: no error.type.
+			MetricOperationDuration: {"http.request.method=POST idem.outcome=not_applied $T": 1},
+			MetricReplays:           {"-": 0},
 		},
 	}, {
 		name: "refused: never sent, no status",
 		want: map[string]points{
 			// The second attempt is the last MaxAttempts allows: stop.
-			MetricAttempts: {
-				"error.type=connection_refused http.request.method=POST idem.action=retry idem.class=never_sent":                            1,
-				"error.type=connection_refused http.request.method=POST http.request.resend_count=1 idem.action=stop idem.class=never_sent": 1,
+			MetricRequestDuration: {
+				"error.type=connection_refused http.request.method=POST idem.action=retry idem.class=never_sent $T": 1,
+				"error.type=connection_refused http.request.method=POST idem.action=stop idem.class=never_sent $T":  1,
 			},
-			MetricOperations: {"idem.outcome=not_applied": 1},
+			MetricActiveRequests:    {postTarget: 0},
+			MetricOperationDuration: {"error.type=connection_refused http.request.method=POST idem.outcome=not_applied $T": 1},
 		},
 	}, {
 		name:     "timeout after the headers went out: ambiguous",
 		statuses: []int{hang, hang},
 		timeout:  50 * time.Millisecond,
 		want: map[string]points{
-			MetricAttempts: {
-				"error.type=timeout http.request.method=POST idem.action=retry idem.class=ambiguous":                            1,
-				"error.type=timeout http.request.method=POST http.request.resend_count=1 idem.action=stop idem.class=ambiguous": 1,
+			MetricRequestDuration: {
+				"error.type=timeout http.request.method=POST idem.action=retry idem.class=ambiguous $T": 1,
+				"error.type=timeout http.request.method=POST idem.action=stop idem.class=ambiguous $T":  1,
 			},
-			MetricOperations: {"idem.outcome=unknown": 1},
+			MetricOperationDuration: {"error.type=timeout http.request.method=POST idem.outcome=unknown $T": 1},
 		},
 	}, {
 		name:        "the budget refuses the second retry",
@@ -104,13 +120,13 @@ func TestInstrumentClient(t *testing.T) {
 		budget:      idem.NewBudget(1),
 		maxAttempts: 3,
 		want: map[string]points{
-			MetricAttempts: {
+			MetricRequestDuration: {
 				post503: 1,
-				"error.type=503 http.request.method=POST http.request.resend_count=1 http.response.status_code=503 idem.action=stop idem.class=ambiguous": 1,
+				"error.type=503 http.request.method=POST http.response.status_code=503 idem.action=stop idem.class=ambiguous $T": 1,
 			},
-			MetricOperations:     {"idem.outcome=unknown": 1},
-			MetricBudgetRefusals: {"-": 1},
-			MetricBudgetTokens:   {"-": 0},
+			MetricOperationDuration: {"error.type=503 http.request.method=POST idem.outcome=unknown $T": 1},
+			MetricBudgetRefusals:    {"-": 1},
+			MetricBudgetTokens:      {"-": 0},
 		},
 	}}
 	for _, tt := range tests {
@@ -132,78 +148,240 @@ func TestInstrumentClient(t *testing.T) {
 
 			got := collect(t, reader)
 			for name, want := range tt.want {
-				assert.Equal(t, want, got[name].points, "%s after %v", name, tt.statuses)
+				assert.Equal(t, fill(want, hostAttrs(srv)), got[name].points, "%s after %v", name, tt.statuses)
 			}
 		})
 	}
 }
 
-func TestInstrumentSpanEvents(t *testing.T) {
-	recorder := tracetest.NewSpanRecorder()
-	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)).Tracer("test")
+// TestInstrumentSpans checks the spans of a POST answered 503 then 201:
+// the operation's span is a child of the caller's, each attempt's a child
+// of the operation's, and the server gets each attempt's span context.
+func TestInstrumentSpans(t *testing.T) {
+	recorder, tracing := newTracer(t)
 	_, provider := newReader(t)
-	client := &idem.Client{Policy: idem.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}}
-	_, err := Instrument(client, provider, WithAttributes(attribute.String("idem.client", "payments")))
+	var ends []time.Time
+	client := &idem.Client{
+		Policy: idem.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond},
+		// A hook the client had: it still runs, and tells when each attempt ended.
+		OnAttempt: func(_ context.Context, ai idem.AttemptInfo) {
+			ends = append(ends, ai.Attempt.Start.Add(ai.Attempt.Duration))
+		},
+	}
+	_, err := Instrument(client, provider, tracing, WithAttributes(attribute.String("idem.client", "payments")))
 	require.NoError(t, err)
-	srv := scripted(t, []int{503, 201, 201})
+	srv, parents := scriptedTraced(t, []int{503, 201})
 
-	ctx, span := tracer.Start(t.Context(), "pay")
-	in, err := idem.NewIntent(http.MethodPost, srv.URL+"/orders", []byte(`{}`))
-	require.NoError(t, err)
-	res, err := client.Do(ctx, in)
-	require.NoError(t, err)
-	require.NoError(t, res.Response.Body.Close())
-	span.End()
+	ctx, caller := callerSpan(t, recorder)
+	doPostCtx(t, ctx, client, srv.URL+"/orders?api_key=secret")
+	caller.End()
 
 	spans := recorder.Ended()
-	require.Len(t, spans, 1, "ended spans")
-	var got []string
-	for _, e := range spans[0].Events() {
-		got = append(got, e.Name+": "+attrs(attribute.NewSet(e.Attributes...)))
+	require.Len(t, spans, 4, "ended spans")
+	host := hostAttrs(srv)
+	// WithAttributes is for measurements: no span carries idem.client.
+	want := []string{
+		"HTTP POST client parent=2 " + strings.ReplaceAll(post503, "$T", host) + " status=Error: ",
+		"HTTP POST client parent=2 " + strings.ReplaceAll(
+			"http.request.method=POST http.request.resend_count=1 http.response.status_code=201 idem.action=done idem.class=applied $T", "$T", host),
+		"idem POST internal parent=3 " + strings.ReplaceAll(postApplied, "$T", host),
+		"pay internal parent=- -",
 	}
-	// WithAttributes is for measurements: the span says which client it is.
-	want := []string{EventAttempt + ": " + post503, EventAttempt + ": " + post201Once}
-	assert.Equal(t, want, got, "events of the operation's span")
+	assert.Equal(t, want, spanLines(spans, nil), "spans")
+
+	var sent []string
+	for _, s := range spans[:2] {
+		sc := s.SpanContext()
+		sent = append(sent, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01")
+	}
+	assert.Equal(t, sent, parents(), "traceparent of each request: its attempt's span")
+	require.Len(t, ends, 2, "calls of the client's own OnAttempt")
+	for i, s := range spans[:2] {
+		assert.True(t, ends[i].Equal(s.EndTime()), "attempt %d's span ends at %v, want Start+Duration %v", i+1, s.EndTime(), ends[i])
+	}
 }
 
-func TestInstrumentKeepsHook(t *testing.T) {
+// callerSpan starts the caller's span "pay" on a provider reporting to
+// recorder.
+func callerSpan(t *testing.T, recorder *spanRecorder) (context.Context, trace.Span) {
+	t.Helper()
+	return tracerFor(t, recorder).Start(t.Context(), "pay")
+}
+
+// doPostCtx is doPost with the caller's ctx.
+func doPostCtx(t *testing.T, ctx context.Context, c *idem.Client, url string) {
+	t.Helper()
+	in, err := idem.NewIntent(http.MethodPost, url, []byte(`{"sku":"x"}`))
+	require.NoError(t, err)
+	res, err := c.Do(ctx, in)
+	require.NoError(t, err)
+	require.NoError(t, res.Response.Body.Close())
+}
+
+// TestInstrumentURLFull checks that url.full is on no span by default, and
+// with WithURLFull is on the operation's and the attempt's span without the
+// query.
+func TestInstrumentURLFull(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		recorder, tracing := newTracer(t)
+		opts := []Option{tracing}
+		if full {
+			opts = append(opts, WithURLFull())
+		}
+		client := &idem.Client{}
+		_, err := Instrument(client, opts...)
+		require.NoError(t, err)
+		srv := scripted(t, []int{201})
+		doPostCtx(t, t.Context(), client, srv.URL+"/orders?api_key=secret#frag")
+
+		var got []string
+		for _, s := range recorder.Ended() {
+			for _, kv := range s.Attributes() {
+				assert.NotContains(t, kv.Value.Emit(), "secret", "attribute %s of span %s", kv.Key, s.Name())
+				if kv.Key == "url.full" {
+					got = append(got, s.Name()+" "+kv.Value.Emit())
+				}
+			}
+		}
+		var want []string
+		if full {
+			want = []string{"HTTP POST " + srv.URL + "/orders", "idem POST " + srv.URL + "/orders"}
+		}
+		assert.Equal(t, want, got, "url.full with WithURLFull: %v", full)
+	}
+}
+
+func TestInstrumentKeepsHooks(t *testing.T) {
 	reader, provider := newReader(t)
-	var calls atomic.Int32
-	client := &idem.Client{OnAttempt: func(context.Context, idem.AttemptInfo) { calls.Add(1) }}
-	_, err := Instrument(client, provider)
+	recorder, tracing := newTracer(t)
+	var operations, ends, sends, attempts atomic.Int32
+	type key struct{}
+	client := &idem.Client{
+		OnOperation: func(ctx context.Context, _, _ string) (context.Context, func(idem.Outcome, error)) {
+			operations.Add(1)
+			return ctx, func(idem.Outcome, error) { ends.Add(1) }
+		},
+		OnSend: func(req *http.Request) context.Context {
+			sends.Add(1)
+			req.Header.Set("X-Seen", "yes")
+			return context.WithValue(req.Context(), key{}, "mine")
+		},
+		OnAttempt: func(ctx context.Context, _ idem.AttemptInfo) {
+			// The context OnSend returned, holding the attempt's span.
+			if ctx.Value(key{}) == "mine" && trace.SpanFromContext(ctx).SpanContext().IsValid() {
+				attempts.Add(1)
+			}
+		},
+	}
+	_, err := Instrument(client, provider, tracing)
 	require.NoError(t, err)
 
-	doPost(t, client, scripted(t, []int{201}).URL+"/orders")
+	srv := scripted(t, []int{201})
+	doPost(t, client, srv.URL+"/orders")
 
-	assert.Equal(t, int32(1), calls.Load(), "calls of the hook the client had")
-	assert.Equal(t, points{"http.request.method=POST http.response.status_code=201 idem.action=done idem.class=applied": 1},
-		collect(t, reader)[MetricAttempts].points, MetricAttempts)
+	assert.Equal(t, [4]int32{1, 1, 1, 1}, [4]int32{operations.Load(), ends.Load(), sends.Load(), attempts.Load()},
+		"calls of the hooks the client had: OnOperation, its end, OnSend, OnAttempt")
+	assert.Equal(t, fill(points{post201: 1}, hostAttrs(srv)), collect(t, reader)[MetricRequestDuration].points, MetricRequestDuration)
+	assert.Len(t, recorder.Ended(), 2, "spans")
+}
+
+// TestForeignSpan: an OnAttempt hook of this package ends no span it did
+// not start, such as one another OnSend put in the context.
+func TestForeignSpan(t *testing.T) {
+	recorder, tracing := newTracer(t)
+	h, err := newHooks(newConfig([]Option{tracing}))
+	require.NoError(t, err)
+	ctx, span := tracerFor(t, recorder).Start(t.Context(), "someone else's")
+	h.attempt(nil)(ctx, idem.AttemptInfo{Method: "POST", URL: "http://shop/orders", N: 1,
+		Attempt: idem.Attempt{Class: idem.ClassApplied, Status: 201}, Action: idem.ActionDone})
+	assert.Empty(t, recorder.Ended(), "spans ended by OnAttempt")
+	span.End()
 }
 
 func TestInstrumentTransport(t *testing.T) {
 	reader, provider := newReader(t)
-	srv := scripted(t, []int{503, 201})
+	recorder, tracing := newTracer(t)
+	srv, parents := scriptedTraced(t, []int{503, 201})
 	tr := &idem.Transport{
 		Base:   srv.Client().Transport,
 		Policy: idem.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond},
 	}
-	reg, err := InstrumentTransport(tr, provider, WithAttributes(attribute.String("idem.client", "shop")))
+	reg, err := InstrumentTransport(tr, provider, tracing, WithAttributes(attribute.String("idem.client", "shop")))
 	require.NoError(t, err)
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/orders", strings.NewReader(`{}`))
+	ctx, caller := callerSpan(t, recorder)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	req.Header.Set(idem.DefaultKeyHeader, "k-1")
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
+	caller.End()
 
+	host := hostAttrs(srv)
 	got := collect(t, reader)
-	const client = " idem.client=shop"
-	assert.Equal(t, points{post503 + client: 1, post201Once + client: 1}, got[MetricAttempts].points, MetricAttempts)
-	assert.Equal(t, points{"idem.client=shop idem.outcome=applied": 1}, got[MetricOperations].points, MetricOperations)
+	const client = "idem.client=shop "
+	assert.Equal(t, fill(points{
+		"error.type=503 http.request.method=POST http.response.status_code=503 idem.action=retry idem.class=ambiguous " + client + "$T": 1,
+		"http.request.method=POST http.response.status_code=201 idem.action=done idem.class=applied " + client + "$T":                   1,
+	}, host), got[MetricRequestDuration].points, MetricRequestDuration)
+	assert.Equal(t, fill(points{"http.request.method=POST idem.client=shop idem.outcome=applied $T": 1}, host),
+		got[MetricOperationDuration].points, MetricOperationDuration)
+
+	lines := spanLines(recorder.Ended(), nil)
+	require.Len(t, lines, 4, "spans: %v", lines)
+	assert.Equal(t, []string{"HTTP POST client parent=2", "HTTP POST client parent=2", "idem POST internal parent=3", "pay internal parent=- -"},
+		[]string{prefix(lines[0], 4), prefix(lines[1], 4), prefix(lines[2], 4), prefix(lines[3], 4)}, "spans")
+	assert.Len(t, parents(), 2, "requests")
+	for i, p := range parents() {
+		assert.Contains(t, p, recorder.Ended()[i].SpanContext().SpanID().String(), "traceparent of request %d", i+1)
+	}
+	assert.Empty(t, req.Header.Get("Traceparent"), "the caller's header is left as it was")
 
 	require.NoError(t, reg.Unregister())
 	got = collect(t, reader)
-	assert.Empty(t, got[MetricOperations].points, "%s after Unregister", MetricOperations)
-	assert.Len(t, got[MetricAttempts].points, 2, "%s after Unregister: the hook stays", MetricAttempts)
+	assert.Empty(t, got[MetricReplays].points, "%s after Unregister", MetricReplays)
+	assert.Len(t, got[MetricRequestDuration].points, 2, "%s after Unregister: the hooks stay", MetricRequestDuration)
+}
+
+// prefix returns the first n space-separated words of s.
+func prefix(s string, n int) string {
+	return strings.Join(strings.Fields(s)[:n], " ")
+}
+
+// TestInstrumentNoop: with the no-op providers nothing goes into the
+// request and nothing breaks.
+func TestInstrumentNoop(t *testing.T) {
+	client := &idem.Client{Policy: idem.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}}
+	_, err := Instrument(client, WithMeterProvider(metricnoop.NewMeterProvider()),
+		WithTracerProvider(tracenoop.NewTracerProvider()), WithPropagator(propagation.TraceContext{}))
+	require.NoError(t, err)
+	srv, parents := scriptedTraced(t, []int{503, 201})
+	assert.Equal(t, idem.Applied, doPost(t, client, srv.URL+"/orders"))
+	assert.Equal(t, []string{"", ""}, parents(), "traceparent without a span")
+
+	// The global providers, unset: no-ops too.
+	client = &idem.Client{}
+	_, err = Instrument(client)
+	require.NoError(t, err)
+	assert.Equal(t, idem.Applied, doPost(t, client, scripted(t, []int{201}).URL+"/orders"))
+}
+
+// TestInstrumentOperationError: an operation that ends in an error has
+// error.type and the status Error on its span, with a description that
+// holds no URL.
+func TestInstrumentOperationError(t *testing.T) {
+	recorder, tracing := newTracer(t)
+	client := &idem.Client{Policy: idem.Policy{MaxAttempts: 1}}
+	_, err := Instrument(client, tracing)
+	require.NoError(t, err)
+	srv := scripted(t, []int{503})
+	assert.Equal(t, idem.Unknown, doPost(t, client, srv.URL+"/orders/8213?api_key=secret"))
+
+	lines := spanLines(recorder.Ended(), nil)
+	require.Len(t, lines, 2, "spans")
+	assert.Equal(t, strings.ReplaceAll(
+		"idem POST internal parent=- error.type=503 http.request.method=POST idem.outcome=unknown $T status=Error: outcome unknown: attempts exhausted (1 of 1)",
+		"$T", hostAttrs(srv)), lines[1], "the operation's span")
+	assert.NotContains(t, lines[1], "8213", "the operation's span")
 }

@@ -2,46 +2,59 @@ package idemotel
 
 import "go.opentelemetry.io/otel/attribute"
 
-// ScopeName is the instrumentation scope of every instrument: the meter is
-// MeterProvider.Meter(ScopeName).
+// ScopeName is the instrumentation scope of every instrument and span: the
+// meter is MeterProvider.Meter(ScopeName), the tracer
+// TracerProvider.Tracer(ScopeName).
 const ScopeName = "github.com/idem-go/idem/otel"
 
 // Instrument names. The package documentation lists each one's unit and
 // attributes.
 const (
-	// MetricAttempts counts attempts, from the OnAttempt hook.
-	MetricAttempts = "idem.attempts"
-	// MetricAttemptDuration is the histogram of attempt durations, in
-	// seconds, from the OnAttempt hook.
-	MetricAttemptDuration = "idem.attempt.duration"
-	// MetricOperations counts operations that Do or RoundTrip finished, by
-	// outcome, from Stats.Outcomes.
-	MetricOperations = "idem.operations"
+	// MetricRequestDuration is the semantic conventions' histogram of HTTP
+	// client request durations, in seconds: one measurement per attempt,
+	// from the OnAttempt hook, with idem's idem.class and idem.action
+	// beside the conventions' attributes. It counts attempts too.
+	MetricRequestDuration = "http.client.request.duration"
+	// MetricActiveRequests is the semantic conventions' number of HTTP
+	// requests in flight: up as an attempt's request goes out (OnSend),
+	// down once the attempt is reported (OnAttempt).
+	MetricActiveRequests = "http.client.active_requests"
+	// MetricOperationDuration is the histogram of operation durations, in
+	// seconds, from OnOperation's start to its end: the attempts and the
+	// waits between them.
+	MetricOperationDuration = "idem.operation.duration"
 	// MetricReplays counts operations whose answer the server replayed from
 	// its store, from Stats.Replays.
 	MetricReplays = "idem.replays"
 	// MetricBudgetRefusals counts retries the retry budget refused, from
 	// Stats.BudgetRefusals.
-	MetricBudgetRefusals = "idem.budget_refusals"
+	MetricBudgetRefusals = "idem.retry_budget.refusals"
 	// MetricBudgetTokens is what is left of the retry budget, from
 	// Stats.BudgetTokens; not reported for an unlimited budget.
-	MetricBudgetTokens = "idem.budget.tokens"
-	// MetricQueueRecords is the number of a queue's records, by state.
-	MetricQueueRecords = "idem.queue.records"
+	MetricBudgetTokens = "idem.retry_budget.tokens"
+	// MetricQueueRecordCount is the number of a queue's records, by state.
+	MetricQueueRecordCount = "idem.queue.record.count"
 	// MetricQueueOldestPending is how long, in seconds, the oldest unsettled
 	// record of a queue has waited.
 	MetricQueueOldestPending = "idem.queue.oldest_pending"
+)
 
-	// EventAttempt names the span event added per attempt.
-	EventAttempt = "idem.attempt"
+// Span names. An operation's span is named SpanOperationPrefix + method
+// ("idem POST"); an attempt's as otelhttp names its client spans,
+// "HTTP " + method ("HTTP POST"), so that the two line up in a trace view.
+const (
+	// SpanOperationPrefix starts the name of an operation's span.
+	SpanOperationPrefix = "idem "
+	// SpanAttemptPrefix starts the name of an attempt's span.
+	SpanAttemptPrefix = "HTTP "
 )
 
 // idem's own attribute keys. Their values are the String of idem's enums,
 // the one spelling idem writes everywhere: "not_processed" for
-// idem.ClassNotProcessed. The HTTP ones
-// (http.request.method, http.response.status_code,
-// http.request.resend_count, error.type) are OpenTelemetry's semantic
-// conventions, as package semconv names them.
+// idem.ClassNotProcessed. The HTTP ones (http.request.method,
+// server.address, server.port, url.scheme, url.full,
+// http.response.status_code, http.request.resend_count, error.type) are
+// OpenTelemetry's semantic conventions, as package semconv names them.
 const (
 	// AttrClass is the attempt's idem.Class: "applied", "already_applied",
 	// "never_sent", "not_processed", "ambiguous", "key_reused", "rejected",

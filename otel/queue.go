@@ -11,7 +11,7 @@ import (
 )
 
 // ObserveQueue registers two instruments that read q at each collection:
-// idem.queue.records, the records in each state, and
+// idem.queue.record.count, the records in each state, and
 // idem.queue.oldest_pending, how long the oldest unsettled record has
 // waited since it was enqueued, 0 when none waits: the first sign of a
 // drainer that is stuck or not running. Each collection makes two read
@@ -30,7 +30,7 @@ func ObserveQueue(q *queue.Queue, opts ...Option) (metric.Registration, error) {
 	m := c.meter()
 	// An up-down counter rather than a gauge: the states add up to the
 	// queue's size, and a sum across them means something.
-	records, err1 := m.Int64ObservableUpDownCounter(MetricQueueRecords,
+	records, err1 := m.Int64ObservableUpDownCounter(MetricQueueRecordCount,
 		metric.WithUnit("{record}"),
 		metric.WithDescription("Records in the queue, by state."))
 	oldest, err2 := m.Float64ObservableGauge(MetricQueueOldestPending,
@@ -42,7 +42,7 @@ func ObserveQueue(q *queue.Queue, opts ...Option) (metric.Registration, error) {
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		counts, err := q.Counts(ctx)
 		if err != nil {
-			return fmt.Errorf("idemotel: %s: %w", MetricQueueRecords, err)
+			return fmt.Errorf("idemotel: %s: %w", MetricQueueRecordCount, err)
 		}
 		for s, n := range counts {
 			o.ObserveInt64(records, int64(n), c.with(AttrQueueState.String(s.String())))

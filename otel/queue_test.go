@@ -32,12 +32,12 @@ func TestObserveQueue(t *testing.T) {
 		require.NoError(t, err)
 	}
 	got = collect(t, reader)
-	records := got[MetricQueueRecords]
-	assert.Equal(t, "up-down counter {record}", records.kind+" "+records.unit, MetricQueueRecords)
+	records := got[MetricQueueRecordCount]
+	assert.Equal(t, "up-down counter {record}", records.kind+" "+records.unit, MetricQueueRecordCount)
 	assert.Equal(t, points{
 		"idem.queue.state=pending": 3, "idem.queue.state=in_flight": 0, "idem.queue.state=done": 0,
 		"idem.queue.state=failed": 0, "idem.queue.state=expired": 0,
-	}, records.points, MetricQueueRecords)
+	}, records.points, MetricQueueRecordCount)
 	oldest := got[MetricQueueOldestPending]
 	assert.Equal(t, "gauge s", oldest.kind+" "+oldest.unit, MetricQueueOldestPending)
 	assert.Positive(t, oldest.points["-"], "%s with records pending", MetricQueueOldestPending)
@@ -47,7 +47,7 @@ func TestObserveQueue(t *testing.T) {
 	require.NoError(t, reg.Unregister())
 	require.NoError(t, q.Close())
 	got = collect(t, reader)
-	assert.Empty(t, got[MetricQueueRecords].points, "%s after Unregister", MetricQueueRecords)
+	assert.Empty(t, got[MetricQueueRecordCount].points, "%s after Unregister", MetricQueueRecordCount)
 }
 
 // TestInstrumentQueueAttempt: an attempt a queue makes through an
@@ -56,8 +56,9 @@ func TestObserveQueue(t *testing.T) {
 // "stop", not the "retry" the decision table advises.
 func TestInstrumentQueueAttempt(t *testing.T) {
 	reader, provider := newReader(t)
+	recorder, tracing := newTracer(t)
 	client := &idem.Client{}
-	_, err := Instrument(client, provider)
+	_, err := Instrument(client, provider, tracing)
 	require.NoError(t, err)
 	srv := scripted(t, []int{http.StatusServiceUnavailable})
 	q, err := queue.Open(filepath.Join(t.TempDir(), "q.db"), queue.Options{Client: client, MaxAttempts: 1})
@@ -75,6 +76,8 @@ func TestInstrumentQueueAttempt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, queue.Failed, r.State)
 
-	assert.Equal(t, points{"error.type=503 http.request.method=POST http.response.status_code=503 idem.action=stop idem.class=ambiguous": 1},
-		collect(t, reader)[MetricAttempts].points, MetricAttempts)
+	want := "error.type=503 http.request.method=POST http.response.status_code=503 idem.action=stop idem.class=ambiguous " + hostAttrs(srv)
+	assert.Equal(t, points{want: 1}, collect(t, reader)[MetricRequestDuration].points, MetricRequestDuration)
+	// Try makes no operation: the attempt's span is a root.
+	assert.Equal(t, []string{"HTTP POST client parent=- " + want + " status=Error: "}, spanLines(recorder.Ended(), nil), "spans")
 }
