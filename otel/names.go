@@ -47,6 +47,9 @@ const (
 	SpanOperationPrefix = "idem "
 	// SpanAttemptPrefix starts the name of an attempt's span.
 	SpanAttemptPrefix = "HTTP "
+	// SpanDrainPrefix starts the name of the span of a queue record's
+	// drain, one attempt of the record ("idem drain POST").
+	SpanDrainPrefix = "idem drain "
 )
 
 // idem's own attribute keys. Their values are the String of idem's enums,
@@ -69,4 +72,9 @@ const (
 	// AttrQueueState is a queue record's queue.State: "pending",
 	// "in_flight", "done", "failed" or "expired".
 	AttrQueueState = attribute.Key("idem.queue.state")
+	// AttrRecordID is the queue.ID of the record a drain span attempts.
+	AttrRecordID = attribute.Key("idem.queue.record.id")
+	// AttrRecordAttempt numbers a drain span's attempt among its record's
+	// attempts, from 1.
+	AttrRecordAttempt = attribute.Key("idem.queue.record.attempt")
 )
