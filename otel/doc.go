@@ -64,6 +64,30 @@
 // and fragment (package redact's rule); without it no span carries the
 // URL. WithAttributes adds to measurements, not to spans.
 //
+// # A trace across a queue
+//
+// QueueTracer, set as queue.Options.Tracer (pgqueue.Options carries it) and
+// as pgqueue.Producer's Tracer, stores the trace context of the span that
+// enqueued a record with the record, and makes each attempt the drainer
+// makes of it a span of its own, linked to that producer's span, so that a
+// payment that went out two hours after it was queued is one click from
+// the request that queued it:
+//
+//	checkout                         the producer's span: Enqueue or Producer.EnqueueTx
+//	idem drain POST  CONSUMER  root, linked to checkout; attempt 1 of the record
+//	└── HTTP POST    CLIENT    503, idem.action=retry
+//	idem drain POST  CONSUMER  root, linked to checkout; attempt 2
+//	└── HTTP POST    CLIENT    201, http.request.resend_count=1
+//
+// A drain span ("idem drain " + method) has http.request.method,
+// server.address, server.port, url.scheme (url.full with WithURLFull),
+// idem.queue.record.id and idem.queue.record.attempt, and at its end
+// idem.action (what the queue did) and idem.outcome once the record
+// settled; its status is Error when no attempt could be made (error.type
+// says why), or the record failed or expired. A record enqueued without a
+// span, without QueueTracer, or before idem kept trace contexts drains in
+// a span without links.
+//
 // # Instruments
 //
 // Instrument and InstrumentTransport record, from the hooks:
@@ -114,7 +138,8 @@
 // when it will try again, "stop" when it failed the record, "expire" when
 // the next attempt would pass the horizon, "hold" when it held a lane after
 // a 401 or a host for its certificate's dates), but no operation: its span
-// is a child of the context the queue gives Try, and a queue's records end
+// is a child of the context the queue gives Try (the drain span with
+// QueueTracer), and a queue's records end
 // in idem.queue.record.count, not in idem.operation.duration. An attempt of
 // Try that its caller never reports (Step.Report) leaves its span open and
 // its request counted in http.client.active_requests.
