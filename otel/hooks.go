@@ -242,36 +242,22 @@ func endAttemptSpan(span trace.Span, ai idem.AttemptInfo, errType string) {
 	span.End(opts...)
 }
 
-// spanName returns prefix + method, without allocating for the methods
-// most requests use.
+// spanName returns prefix + method, without allocating for the prefixes
+// of this package and the methods most requests use.
 func spanName(prefix, method string) string {
-	switch prefix {
-	case SpanAttemptPrefix:
-		switch method {
-		case http.MethodGet:
-			return SpanAttemptPrefix + http.MethodGet
-		case http.MethodPost:
-			return SpanAttemptPrefix + http.MethodPost
-		case http.MethodPut:
-			return SpanAttemptPrefix + http.MethodPut
-		case http.MethodPatch:
-			return SpanAttemptPrefix + http.MethodPatch
-		case http.MethodDelete:
-			return SpanAttemptPrefix + http.MethodDelete
-		}
-	case SpanOperationPrefix:
-		switch method {
-		case http.MethodGet:
-			return SpanOperationPrefix + http.MethodGet
-		case http.MethodPost:
-			return SpanOperationPrefix + http.MethodPost
-		case http.MethodPut:
-			return SpanOperationPrefix + http.MethodPut
-		case http.MethodPatch:
-			return SpanOperationPrefix + http.MethodPatch
-		case http.MethodDelete:
-			return SpanOperationPrefix + http.MethodDelete
-		}
+	if n, ok := spanNames[[2]string{prefix, method}]; ok {
+		return n
 	}
 	return prefix + method
 }
+
+// spanNames holds the names spanName makes without allocating.
+var spanNames = func() map[[2]string]string {
+	m := map[[2]string]string{}
+	for _, p := range []string{SpanAttemptPrefix, SpanOperationPrefix, SpanDrainPrefix} {
+		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead} {
+			m[[2]string{p, method}] = p + method
+		}
+	}
+	return m
+}()
