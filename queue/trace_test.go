@@ -216,13 +216,20 @@ func TestTraceDrain(t *testing.T) {
 	}
 }
 
-func TestTraceUntracedRecordDrains(t *testing.T) {
+// tracedQueue opens a queue with a fake Tracer, whose client sends to a
+// server answering 200.
+func tracedQueue(t *testing.T) (*Queue, *fakeTracer, *httptest.Server) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	t.Cleanup(srv.Close)
 	tracer := newFakeTracer()
 	opts := fast(&idem.Client{HTTPClient: srv.Client()})
 	opts.Tracer = tracer
 	q, _ := openTest(t, opts)
+	return q, tracer, srv
+}
+
+func TestTraceUntracedRecordDrains(t *testing.T) {
+	q, tracer, srv := tracedQueue(t)
 	ctx := waitCtx(t)
 	_, err := q.Enqueue(ctx, post(t, srv.URL+"/p", 1, idem.WithKey("k")))
 	require.NoError(t, err)
@@ -237,12 +244,7 @@ func TestTraceUntracedRecordDrains(t *testing.T) {
 // settle of the one before (settleDone): each drain ends before the next
 // starts.
 func TestTraceLaneStreak(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	t.Cleanup(srv.Close)
-	tracer := newFakeTracer()
-	opts := fast(&idem.Client{HTTPClient: srv.Client()})
-	opts.Tracer = tracer
-	q, _ := openTest(t, opts)
+	q, tracer, srv := tracedQueue(t)
 	ctx := waitCtx(t)
 	const n = 4
 	for i := range n {
