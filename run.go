@@ -296,8 +296,9 @@ func (at *attemptTimer) Stop() bool {
 }
 
 // nextWait decides how long to wait before the next attempt, or returns the
-// *Error that ends the run: the context, the retry rule (delay.Next:
-// attempts, Retry-After cap, elapsed time), the deadline or the budget.
+// *Error that ends the run: the context, the retry rule (verdict: attempts,
+// Retry-After cap, elapsed time, the window of a key in flight), the
+// deadline or the budget, which a poll of a key in flight does not spend.
 func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration, *Error) {
 	out := r.outcome()
 	if err := ctx.Err(); err != nil {
