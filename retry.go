@@ -75,7 +75,8 @@ type Policy struct {
 	// cannot apply the operation again. When the window ends, the
 	// operation ends Unknown with ErrAttemptsExhausted. MaxElapsed and the
 	// context bound the polling too. 0 means 30 s. A queue refuses it: a
-	// record's horizon and queue.Options.MaxAge bound its polling.
+	// queued record's 409 is an attempt, which queue.Options.MaxAttempts
+	// counts.
 	InFlightWindow time.Duration
 }
 

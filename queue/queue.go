@@ -218,7 +218,7 @@ func (o Options) refuseCallLimits() error {
 	case p.MaxElapsed != 0:
 		return fmt.Errorf("%w: Policy.MaxElapsed is a call's limit, not read by a queue: the horizon and Options.MaxAge bound a record", ErrInvalidOptions)
 	case p.InFlightWindow != 0:
-		return fmt.Errorf("%w: Policy.InFlightWindow is a call's limit, not read by a queue: the horizon and Options.MaxAge bound a record's polling of a key in flight", ErrInvalidOptions)
+		return fmt.Errorf("%w: Policy.InFlightWindow is a call's limit, not read by a queue: a record's keyed 409 is an attempt, counted by Options.MaxAttempts", ErrInvalidOptions)
 	}
 	return nil
 }
