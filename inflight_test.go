@@ -219,3 +219,18 @@ func TestInFlightTransport(t *testing.T) {
 	assert.Equal(t, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond}, clk.Sleeps())
 	assert.Equal(t, 1, tr.Stats().BudgetTokens)
 }
+
+// TestInFlightMaxElapsed: MaxElapsed bounds the polling of a key in flight
+// as it bounds attempts.
+func TestInFlightMaxElapsed(t *testing.T) {
+	c, clk := testClient(t, nil)
+	c.Policy = Policy{MaxElapsed: time.Second}
+	srv := newHolder(t, clk, -1, "")
+	_, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "x"))
+	e := asError(t, err)
+	assert.Equal(t, Unknown, e.Outcome)
+	assert.ErrorIs(t, err, ErrAttemptsExhausted)
+	assert.Equal(t, "max elapsed time 1s reached", e.Reason)
+	assert.Equal(t, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}, clk.Sleeps(), "the next, 0.8 s, would start after 1 s")
+	assert.Equal(t, 3, srv.requests())
+}
