@@ -527,7 +527,7 @@ func TestDoAgainAfterAmbiguous(t *testing.T) {
 	}{
 		{"Do: a 400 refuses this run", "POST", answer(400), false, NotApplied},
 		{"Resume: a 400 leaves the first run in doubt", "POST", answer(400), true, Unknown},
-		{"Resume: a keyed 409 is in doubt anyway", "POST", answer(409), true, Unknown},
+		{"Resume: a keyed 409 is in doubt anyway", "POST", answer(409, "Retry-After", "3600"), true, Unknown},
 		{"Do: a DELETE's 404 is a refusal", "DELETE", answer(404), false, NotApplied},
 		{"Resume: a DELETE's 404 is the first run's delete", "DELETE", answer(404), true, AlreadyApplied},
 		{"Resume: a replay settles it", "POST", answer(201, "Idempotent-Replayed", "true"), true, Applied},

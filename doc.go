@@ -39,6 +39,8 @@
 //     queue holds its sends until the clock is right.
 //   - not processed: 408, 425, 429, or 409 for a keyed request (the same key
 //     is in flight). Resent after the longer of Retry-After and the backoff.
+//     A keyed 409 is polled, not counted as an attempt nor a budget token,
+//     within Policy.InFlightWindow (30 s by default) of the first 409.
 //   - ambiguous: the request may have reached the server and no complete
 //     answer came back (timeout, reset), or a 5xx. Resent only for safe and
 //     idempotent methods (GET, HEAD, OPTIONS, TRACE, QUERY, PUT, DELETE) or

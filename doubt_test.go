@@ -49,7 +49,7 @@ func TestTransportDoubtOutlivesRoundTrip(t *testing.T) {
 	}{
 		{"lost answer, then 401", "POST", []trip{{"k-1", hangup, Unknown}, {"k-1", answer(401), Unknown}}},
 		{"503, then 400", "POST", []trip{{"k-1", answer(503), Unknown}, {"k-1", answer(400), Unknown}}},
-		{"keyed 409, then 403", "POST", []trip{{"k-1", answer(409), Unknown}, {"k-1", answer(403), Unknown}}},
+		{"keyed 409, then 403", "POST", []trip{{"k-1", answer(409, "Retry-After", "3600"), Unknown}, {"k-1", answer(403), Unknown}}},
 		{"a doubt stays until settled", "POST", []trip{{"k-1", hangup, Unknown}, {"k-1", answer(401), Unknown}, {"k-1", answer(401), Unknown}}},
 		{"lost answer, then DELETE 404", "DELETE", []trip{{"k-1", hangup, Unknown}, {"k-1", answer(404), AlreadyApplied}}},
 		{"success settles the doubt", "POST", []trip{{"k-1", hangup, Unknown}, {"k-1", answer(201), Applied}, {"k-1", answer(401), NotApplied}}},

@@ -13,9 +13,13 @@ import (
 // waited up to 60 s; no bound on elapsed time or on one attempt but the
 // context's and the http.Client's. A queue, whose schedule spans hours,
 // gives the backoff and the attempt timeout values of its own
-// (queue.DefaultPolicy) and has limits of its own (queue.Options).
+// (queue.DefaultPolicy) and has limits of its own (queue.Options). A key in
+// flight is polled for up to 30 s.
 func defaultPolicy() Policy {
-	return Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: 60 * time.Second}
+	return Policy{
+		MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: 60 * time.Second,
+		InFlightWindow: 30 * time.Second,
+	}
 }
 
 // Policy says how many attempts an operation gets and how long to wait
@@ -27,8 +31,14 @@ func defaultPolicy() Policy {
 // attempt but the context's and the http.Client's. A queue takes the
 // backoff and the attempt timeout, each zero one taking
 // queue.DefaultPolicy's value, and refuses the limits (MaxAttempts,
-// MaxElapsed, MaxRetryAfter): a record's limits are its queue's Options.
-// Negative fields are invalid.
+// MaxElapsed, MaxRetryAfter, InFlightWindow): a record's limits are its
+// queue's Options. Negative fields are invalid.
+//
+// A keyed request answered 409 (a request under its key is in flight) is
+// not a failed attempt but a wait: the server has the operation, and a
+// later request under the key gets its answer. It is polled with the same
+// backoff and Retry-After rules, within InFlightWindow, and such a poll
+// counts neither against MaxAttempts nor against the retry Budget.
 type Policy struct {
 	// MaxAttempts is the number of attempts, the first included; 1 means
 	// no retries, 0 means 4. A queue refuses it: a record's is
@@ -55,12 +65,26 @@ type Policy struct {
 	// ErrRetryAfterTooLong and the wait in Error.RetryAfter. A queue
 	// refuses it: a record's is queue.Options.MaxRetryAfter.
 	MaxRetryAfter time.Duration
+	// InFlightWindow bounds the polling of a key in flight: after a 409 to
+	// a keyed request, requests follow with backoff (BaseDelay doubling to
+	// MaxDelay, or the server's Retry-After up to MaxRetryAfter) while the
+	// next would start within InFlightWindow of the operation's first 409,
+	// the last one at the window's end. These polls are requests, listed
+	// in the trail, but not attempts: MaxAttempts does not count them,
+	// nor does the Budget, for a request under a key the server holds
+	// cannot apply the operation again. When the window ends, the
+	// operation ends Unknown with ErrAttemptsExhausted. MaxElapsed and the
+	// context bound the polling too. 0 means 30 s. A queue refuses it: a
+	// queued record's 409 is an attempt, which queue.Options.MaxAttempts
+	// counts.
+	InFlightWindow time.Duration
 }
 
 // withDefaults returns p with zero fields set to their defaults, or an error
 // naming a negative field.
 func (p Policy) withDefaults() (Policy, error) {
-	if p.MaxAttempts < 0 || p.BaseDelay < 0 || p.MaxDelay < 0 || p.MaxElapsed < 0 || p.AttemptTimeout < 0 || p.MaxRetryAfter < 0 {
+	if p.MaxAttempts < 0 || p.BaseDelay < 0 || p.MaxDelay < 0 || p.MaxElapsed < 0 || p.AttemptTimeout < 0 || p.MaxRetryAfter < 0 ||
+		p.InFlightWindow < 0 {
 		return p, p.negativeField()
 	}
 	def := defaultPolicy()
@@ -75,6 +99,9 @@ func (p Policy) withDefaults() (Policy, error) {
 	}
 	if p.MaxRetryAfter == 0 {
 		p.MaxRetryAfter = def.MaxRetryAfter
+	}
+	if p.InFlightWindow == 0 {
+		p.InFlightWindow = def.InFlightWindow
 	}
 	return p, nil
 }
@@ -93,6 +120,7 @@ func (p Policy) negativeField() error {
 		{"MaxElapsed", int64(p.MaxElapsed)},
 		{"AttemptTimeout", int64(p.AttemptTimeout)},
 		{"MaxRetryAfter", int64(p.MaxRetryAfter)},
+		{"InFlightWindow", int64(p.InFlightWindow)},
 	}
 	for _, f := range fields {
 		if f.v < 0 {

@@ -13,17 +13,17 @@ import (
 func TestPolicyDefaults(t *testing.T) {
 	p, err := Policy{}.withDefaults()
 	require.NoError(t, err)
-	assert.Equal(t, Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute}, p)
+	assert.Equal(t, Policy{MaxAttempts: 4, BaseDelay: 200 * time.Millisecond, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute, InFlightWindow: 30 * time.Second}, p)
 	assert.Equal(t, defaultPolicy(), p, "the zero Policy is the default policy")
 
-	kept, err := Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxElapsed: time.Hour, AttemptTimeout: 3 * time.Second, MaxRetryAfter: 5 * time.Second}.withDefaults()
+	kept, err := Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxElapsed: time.Hour, AttemptTimeout: 3 * time.Second, MaxRetryAfter: 5 * time.Second, InFlightWindow: time.Minute}.withDefaults()
 	require.NoError(t, err)
 	assert.Equal(t, 1, kept.MaxAttempts)
 	assert.Equal(t, time.Hour, kept.MaxElapsed)
 	assert.Equal(t, 3*time.Second, kept.AttemptTimeout)
-	assert.Equal(t, Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxElapsed: time.Hour, AttemptTimeout: 3 * time.Second, MaxRetryAfter: 5 * time.Second}, kept, "set fields are kept")
+	assert.Equal(t, Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxElapsed: time.Hour, AttemptTimeout: 3 * time.Second, MaxRetryAfter: 5 * time.Second, InFlightWindow: time.Minute}, kept, "set fields are kept")
 
-	for _, bad := range []Policy{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {MaxElapsed: -1}, {AttemptTimeout: -1}, {MaxRetryAfter: -1}} {
+	for _, bad := range []Policy{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {MaxElapsed: -1}, {AttemptTimeout: -1}, {MaxRetryAfter: -1}, {InFlightWindow: -1}} {
 		_, err := bad.withDefaults()
 		assert.ErrorIs(t, err, ErrInvalidPolicy, "%+v", bad)
 		assert.Contains(t, err.Error(), "is negative")

@@ -50,6 +50,11 @@ type run struct {
 	latest  Attempt
 	n       int
 	inDoubt bool // an attempt so far left the operation in doubt (decision.InDoubt)
+	// polls counts the requests of the trail answered 409 under the key,
+	// which are not attempts (Policy.InFlightWindow); firstConflict is when
+	// the first of them began, the start of the window.
+	polls         int
+	firstConflict time.Time
 	// latestCtx is the context OnSend gave the latest attempt; nil without
 	// OnSend.
 	latestCtx context.Context
@@ -291,8 +296,9 @@ func (at *attemptTimer) Stop() bool {
 }
 
 // nextWait decides how long to wait before the next attempt, or returns the
-// *Error that ends the run: the context, the retry rule (delay.Next:
-// attempts, Retry-After cap, elapsed time), the deadline or the budget.
+// *Error that ends the run: the context, the retry rule (verdict: attempts,
+// Retry-After cap, elapsed time, the window of a key in flight), the
+// deadline or the budget, which a poll of a key in flight does not spend.
 func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration, *Error) {
 	out := r.outcome()
 	if err := ctx.Err(); err != nil {
@@ -303,7 +309,7 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration,
 		hint = resp.Header.Get("Retry-After")
 	}
 	now := r.clock.Now()
-	v := delay.Next(r.policy.rule(), r.n, r.firstStart(), hint, now, r.random())
+	v, poll := r.verdict(hint, now)
 	switch v.Stop {
 	case delay.AttemptsExhausted, delay.ElapsedExhausted:
 		return 0, r.fail(out, v.Reason, 0, ErrAttemptsExhausted)
@@ -313,11 +319,65 @@ func (r *run) nextWait(ctx context.Context, resp *http.Response) (time.Duration,
 	if dl, ok := ctx.Deadline(); ok && !now.Add(v.Wait).Before(dl) {
 		return 0, r.fail(out, "context deadline comes before the next attempt", 0, context.DeadlineExceeded)
 	}
+	if poll {
+		return v.Wait, nil // a poll of a key in flight cannot add an effect
+	}
 	if !r.budget.take() {
 		r.obs.m.budgetRefusals.Add(1)
 		return 0, r.fail(out, "retry budget exhausted", 0, ErrBudgetExhausted)
 	}
 	return v.Wait, nil
+}
+
+// verdict is the retry rule's verdict at now on the latest request, whose
+// answer asked to wait hint (Retry-After). A keyed 409 gets a poll's
+// (pollVerdict), and poll is true; any other answer delay.Next's, which
+// counts the attempts, not the polls.
+func (r *run) verdict(hint string, now time.Time) (_ delay.Verdict, poll bool) {
+	if r.latest.Class == ClassNotProcessed && r.latest.Status == http.StatusConflict {
+		return r.pollVerdict(hint, now), true
+	}
+	rule := r.policy.rule()
+	// n counts the polls too, so that the backoff goes on growing after
+	// them; the limit on attempts does not.
+	rule.MaxAttempts += r.polls
+	v := delay.Next(rule, r.n, r.firstStart(), hint, now, r.random())
+	if v.Stop == delay.AttemptsExhausted && r.polls > 0 {
+		v.Reason = fmt.Sprintf("attempts exhausted (%d of %d, and %d polls of the key in flight)", r.n-r.polls, r.policy.MaxAttempts, r.polls)
+	}
+	return v, false
+}
+
+// pollVerdict is the verdict on the latest request, answered 409 under the
+// key: a request under the key is in flight, and asking again is a wait,
+// not an attempt. The wait is the backoff or the server's Retry-After, as
+// after an attempt, and the polling lasts Policy.InFlightWindow from the
+// operation's first 409 (not the latest run of them: a server that
+// alternates 409 with 5xx still ends within the window), the last poll
+// at the window's end. MaxElapsed bounds it as it bounds attempts.
+func (r *run) pollVerdict(hint string, now time.Time) delay.Verdict {
+	r.polls++
+	if r.firstConflict.IsZero() {
+		r.firstConflict = r.latest.Start
+	}
+	rule := r.policy.rule()
+	rule.MaxAttempts, rule.MaxElapsed = 0, 0
+	v := delay.Next(rule, r.n, time.Time{}, hint, now, r.random())
+	if v.Stop != delay.Retry {
+		return v
+	}
+	left := r.firstConflict.Add(r.policy.InFlightWindow).Sub(now)
+	if v.Wait > left {
+		if left <= 0 || v.RetryAfter > left {
+			return delay.Verdict{Stop: delay.ElapsedExhausted, RetryAfter: v.RetryAfter,
+				Reason: fmt.Sprintf("a request under the key was still in flight after %v (InFlightWindow)", r.policy.InFlightWindow)}
+		}
+		v.Wait = left
+	}
+	if m := r.policy.MaxElapsed; m > 0 && now.Add(v.Wait).Sub(r.firstStart()) > m {
+		return delay.Verdict{Stop: delay.ElapsedExhausted, RetryAfter: v.RetryAfter, Reason: fmt.Sprintf("max elapsed time %v reached", m)}
+	}
+	return v
 }
 
 // firstStart is when the run's first attempt began.

@@ -27,16 +27,16 @@ import (
 // that key is in flight. Whoever sent it (an earlier attempt, a replica, a
 // restarted process sharing a supplied or derived key), it may still apply:
 // the outcome is Unknown, never NotApplied, whether the 409 came first or
-// after retries, and whatever ended the retries.
+// after retries, and whatever ended the polling (Policy.InFlightWindow).
 func TestKeyed409IsNeverNotApplied(t *testing.T) {
 	ends := []struct {
 		name  string
 		setup func(c *Client)
 		cause error
 	}{
-		{"attempts run out", func(c *Client) { c.Policy.MaxAttempts = 3 }, ErrAttemptsExhausted},
-		{"first attempt only", func(c *Client) { c.Policy.MaxAttempts = 1 }, ErrAttemptsExhausted},
-		{"budget runs out", func(c *Client) { c.Budget = NewBudget(1) }, ErrBudgetExhausted},
+		{"the window ends", func(c *Client) { c.Policy.InFlightWindow = 40 * ms }, ErrAttemptsExhausted},
+		{"first attempt only", func(c *Client) { c.Policy.MaxAttempts, c.Policy.InFlightWindow = 1, 40*ms }, ErrAttemptsExhausted},
+		{"a budget of one", func(c *Client) { c.Budget, c.Policy.InFlightWindow = NewBudget(1), 40*ms }, ErrAttemptsExhausted},
 		{"context ends", func(c *Client) { c.Policy.MaxAttempts = 100 }, context.DeadlineExceeded},
 	}
 	for _, tt := range ends {

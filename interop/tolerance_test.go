@@ -56,6 +56,8 @@ func TestToleratesDisagreeingServers(t *testing.T) {
 	elapsedBound.MaxAttempts, elapsedBound.MaxElapsed = 1000, 250*time.Millisecond
 	endless := small
 	endless.MaxAttempts = 1000
+	windowBound := small // a keyed 409 is polled, not an attempt
+	windowBound.InFlightWindow = 100 * time.Millisecond
 
 	tests := []struct {
 		name         string
@@ -79,9 +81,10 @@ func TestToleratesDisagreeingServers(t *testing.T) {
 
 		// A server stuck after a 5xx (its claim never released) answers 409
 		// for ever: the 5xx may have applied, so the end is Unknown, bounded
-		// by attempts, elapsed time, the context, or the Retry-After cap.
-		{name: "409 for ever after a 500, attempts bound", answers: []answer{status(500), status(409)},
-			policy: small, wantOutcome: idem.Unknown, wantAttempts: 6,
+		// by the polling window, elapsed time, the context, or the
+		// Retry-After cap.
+		{name: "409 for ever after a 500, window bound", answers: []answer{status(500), status(409)},
+			policy: windowBound, wantOutcome: idem.Unknown,
 			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrAttemptsExhausted}, within: 4 * time.Second},
 		{name: "409 for ever after a 502, elapsed bound", answers: []answer{status(502), status(409)},
 			policy: elapsedBound, wantOutcome: idem.Unknown,
@@ -98,7 +101,7 @@ func TestToleratesDisagreeingServers(t *testing.T) {
 		// client cannot tell them apart, so the end is Unknown, never
 		// NotApplied (a caller told NotApplied would resend under a new key).
 		{name: "409 for a payload mismatch", answers: []answer{status(409)},
-			policy: small, wantOutcome: idem.Unknown, wantAttempts: 6,
+			policy: windowBound, wantOutcome: idem.Unknown,
 			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrAttemptsExhausted}, within: 4 * time.Second},
 		{name: "409 for a payload mismatch, elapsed bound", answers: []answer{status(409)},
 			policy: elapsedBound, wantOutcome: idem.Unknown,

@@ -46,10 +46,11 @@ type Options struct {
 	// backoff between attempts (a server's longer Retry-After is waited
 	// instead), AttemptTimeout each attempt (it is counted by the horizon).
 	// A zero field takes its value from DefaultPolicy: 1 s and 5 min
-	// backoff, 30 s per attempt. Its limits, MaxAttempts, MaxRetryAfter and
-	// MaxElapsed, are a call's, whose zero means DefaultPolicy's 4 attempts
-	// and 60 s: Open refuses them when set. A record's limits are
-	// MaxAttempts and MaxRetryAfter below, the horizon and MaxAge.
+	// backoff, 30 s per attempt. Its limits, MaxAttempts, MaxRetryAfter,
+	// MaxElapsed and InFlightWindow, are a call's, whose zero means
+	// DefaultPolicy's 4 attempts, 60 s and 30 s: Open refuses them when
+	// set. A record's limits are MaxAttempts and MaxRetryAfter below, the
+	// horizon and MaxAge.
 	Policy idem.Policy
 	// MaxAttempts is how many attempts a record gets, the first included,
 	// before it fails; 0 means no limit but the horizon and MaxAge.
@@ -147,7 +148,7 @@ func (o Options) withDefaults() (Options, error) {
 		{"Policy.MaxAttempts", int64(o.Policy.MaxAttempts)},
 		{"Policy.BaseDelay", int64(o.Policy.BaseDelay)}, {"Policy.MaxDelay", int64(o.Policy.MaxDelay)},
 		{"Policy.MaxElapsed", int64(o.Policy.MaxElapsed)}, {"Policy.AttemptTimeout", int64(o.Policy.AttemptTimeout)},
-		{"Policy.MaxRetryAfter", int64(o.Policy.MaxRetryAfter)},
+		{"Policy.MaxRetryAfter", int64(o.Policy.MaxRetryAfter)}, {"Policy.InFlightWindow", int64(o.Policy.InFlightWindow)},
 		{"MaxItems", int64(o.MaxItems)}, {"MaxBytes", o.MaxBytes}, {"MaxResultBody", int64(o.MaxResultBody)},
 		{"KeepSettled", int64(o.KeepSettled)}, {"LockTimeout", int64(o.LockTimeout)}, {"ClockTolerance", int64(o.ClockTolerance)},
 	} {
@@ -216,6 +217,8 @@ func (o Options) refuseCallLimits() error {
 		return fmt.Errorf("%w: Policy.MaxRetryAfter is a call's limit, not read by a queue: set Options.MaxRetryAfter", ErrInvalidOptions)
 	case p.MaxElapsed != 0:
 		return fmt.Errorf("%w: Policy.MaxElapsed is a call's limit, not read by a queue: the horizon and Options.MaxAge bound a record", ErrInvalidOptions)
+	case p.InFlightWindow != 0:
+		return fmt.Errorf("%w: Policy.InFlightWindow is a call's limit, not read by a queue: a record's keyed 409 is an attempt, counted by Options.MaxAttempts", ErrInvalidOptions)
 	}
 	return nil
 }

@@ -612,6 +612,7 @@ func TestQueueRefusesCallLimits(t *testing.T) {
 		{"MaxAttempts", idem.Policy{MaxAttempts: 3}, "Policy.MaxAttempts is a call's limit, not read by a queue: set Options.MaxAttempts"},
 		{"MaxRetryAfter", idem.Policy{MaxRetryAfter: time.Minute}, "Policy.MaxRetryAfter is a call's limit, not read by a queue: set Options.MaxRetryAfter"},
 		{"MaxElapsed", idem.Policy{MaxElapsed: time.Hour}, "Policy.MaxElapsed is a call's limit, not read by a queue"},
+		{"InFlightWindow", idem.Policy{InFlightWindow: time.Minute}, "Policy.InFlightWindow is a call's limit, not read by a queue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
