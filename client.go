@@ -237,6 +237,7 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		return nil, err
 	}
 	r.inDoubt = inDoubt
+	r.budget.free = inDoubt && r.hasKey // learning the outcome, not sending it again
 	ctx, end := r.obs.startOperation(ctx, &r)
 	resp, d, e := r.loop(ctx)
 	if e != nil {
@@ -284,7 +285,7 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent, p Policy) erro
 	}
 	*r = run{
 		runConfig: runConfig{
-			policy: p, budget: c.budget.or(c.Budget), deletePolicy: c.DeletePolicy,
+			policy: p, budget: runBudget{b: c.budget.or(c.Budget), origin: originOf(in.u), m: &c.metrics}, deletePolicy: c.DeletePolicy,
 			clock: clockOr(c.clock), rand: c.rand,
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt, onOperation: c.OnOperation},
 		},

@@ -103,7 +103,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	s := &requestSender{base: base, req: req, onSend: t.OnSend}
 	r := run{
 		runConfig: runConfig{
-			policy: p, budget: t.budget.or(t.Budget), deletePolicy: t.DeletePolicy,
+			policy: p, budget: runBudget{b: t.budget.or(t.Budget), origin: originOf(req.URL), m: &t.metrics}, deletePolicy: t.DeletePolicy,
 			clock: clockOr(t.clock), rand: t.rand,
 			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt, onOperation: t.OnOperation},
 		},
