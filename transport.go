@@ -44,8 +44,8 @@ type Transport struct {
 	Base http.RoundTripper
 	// Policy bounds attempts and waits. The zero Policy is the default.
 	Policy Policy
-	// Budget limits retries across every request of the Transport. If nil,
-	// the Transport makes its own with DefaultBudgetTokens.
+	// Budget limits retries across every request of the Transport, per
+	// origin. If nil, the Transport makes its own with DefaultBudgetTokens.
 	Budget *Budget
 	// KeyHeader names the header that marks a request as keyed. If empty,
 	// DefaultKeyHeader is used.
