@@ -33,9 +33,9 @@ type Client struct {
 	HTTPClient *http.Client
 	// Policy bounds attempts and waits. The zero Policy is the default.
 	Policy Policy
-	// Budget limits retries across every intent of the Client. If nil, the
-	// Client makes its own with DefaultBudgetTokens on first use; use
-	// NewBudget(0) for no limit.
+	// Budget limits retries across every intent of the Client, per origin.
+	// If nil, the Client makes its own with DefaultBudgetTokens on first
+	// use; use NewBudget(0) for no limit.
 	Budget *Budget
 	// Authorize, if not nil, is called on every attempt to add credentials
 	// to the request (Authorization, Cookie ...), so an intent never stores a
@@ -219,8 +219,14 @@ func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
 // *Error whose Outcome is Unknown, the operation is in doubt from the start:
 // a refusal now proves only that this run's attempts were not applied, so
 // only a success settles it, and a DELETE answered 404 or 410 is
-// AlreadyApplied (under DeleteAfterDoubt). For any other prior, Resume is
-// Do.
+// AlreadyApplied (under DeleteAfterDoubt). Such a run of a keyed intent
+// spends no retry budget: it is there to learn an outcome the server may
+// already hold, and a budget emptied by the outage that left the operation
+// in doubt must not keep it in doubt once the server is back. Its retries
+// still obey the Policy (MaxAttempts, the backoff, Retry-After) and ctx, and
+// its answers put tokens back; a caller resuming many operations at once
+// paces them itself. For any other prior, Resume is Do, and pays for its
+// retries as Do does.
 func (c *Client) Resume(ctx context.Context, in *Intent, prior error) (*Result, error) {
 	var e *Error
 	return c.run(ctx, in, errors.As(prior, &e) && e.Outcome == Unknown)
@@ -237,6 +243,7 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		return nil, err
 	}
 	r.inDoubt = inDoubt
+	r.budget.free = inDoubt && r.hasKey // learning the outcome, not sending it again
 	ctx, end := r.obs.startOperation(ctx, &r)
 	resp, d, e := r.loop(ctx)
 	if e != nil {
@@ -284,7 +291,7 @@ func (c *Client) initRun(r *run, ctx context.Context, in *Intent, p Policy) erro
 	}
 	*r = run{
 		runConfig: runConfig{
-			policy: p, budget: c.budget.or(c.Budget), deletePolicy: c.DeletePolicy,
+			policy: p, budget: runBudget{b: c.budget.or(c.Budget), origin: originOf(in.u), m: &c.metrics}, deletePolicy: c.DeletePolicy,
 			clock: clockOr(c.clock), rand: c.rand,
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt, onOperation: c.OnOperation},
 		},

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,23 +27,47 @@ type Stats struct {
 	// Conflicts counts 409 answers; KeyReused counts 422 answers to keyed
 	// requests.
 	Conflicts, KeyReused uint64
-	// BudgetRefusals counts retries the retry budget refused.
-	BudgetRefusals uint64
+	// BudgetRefusals counts retries the retry budget refused, and
+	// BudgetRefusalsByOrigin splits them by origin, written
+	// scheme://host:port ("https://api.example:443"), for the
+	// MaxBudgetOrigins origins that refused most recently; it holds no
+	// origin that never refused.
+	BudgetRefusals         uint64
+	BudgetRefusalsByOrigin map[string]uint64
 	// Outcomes counts operations finished by Do or RoundTrip, by outcome.
 	// The attempts of Client.Try, as a queue makes them, count in Requests,
 	// Conflicts and KeyReused once reported (Step.Report), not here nor in
 	// Retries: the caller's schedule decides what follows them.
 	Outcomes map[Outcome]uint64
-	// BudgetTokens is what is left of the retry budget; -1 when unlimited.
+	// BudgetTokens is what is left of the retry budget to the origin that
+	// has least: the fewest tokens left in any origin's bucket, 0 when one
+	// origin's retries are being refused, the capacity when none has spent
+	// any; -1 when unlimited.
 	BudgetTokens int
 }
 
-// metrics holds the counters behind Stats; each is atomic, so a metrics is
-// safe for concurrent use and its zero value is ready.
+// metrics holds the counters behind Stats; each is atomic or guarded, so a
+// metrics is safe for concurrent use and its zero value is ready.
 type metrics struct {
 	attempts, replays, conflicts, keyReused, budgetRefusals atomic.Uint64
 	retries                                                 [numClasses]atomic.Uint64
 	outcomes                                                [NotApplied + 1]atomic.Uint64
+
+	mu       sync.Mutex        // guards refusals
+	refusals originLRU[uint64] // budget refusals by origin
+}
+
+// refusedAt counts a budget refusal of a retry to o, by origin; the total
+// is budgetRefusals. Refusals are rare, so a lock costs nothing that
+// matters.
+func (m *metrics) refusedAt(o origin) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.refusals.get(o)
+	if n == nil {
+		n = m.refusals.add(o, 0)
+	}
+	*n++
 }
 
 func (m *metrics) stats(b *Budget) Stats {
@@ -51,7 +76,13 @@ func (m *metrics) stats(b *Budget) Stats {
 		Requests:     m.attempts.Load(), Replays: m.replays.Load(), Conflicts: m.conflicts.Load(),
 		KeyReused: m.keyReused.Load(), BudgetRefusals: m.budgetRefusals.Load(),
 		RetriesAfter: map[Class]uint64{}, Outcomes: map[Outcome]uint64{},
+		BudgetRefusalsByOrigin: map[string]uint64{},
 	}
+	m.mu.Lock()
+	for o, e := range m.refusals.m {
+		s.BudgetRefusalsByOrigin[o.String()] = e.v
+	}
+	m.mu.Unlock()
 	for c := range m.retries {
 		n := m.retries[c].Load()
 		s.Retries += n

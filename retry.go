@@ -2,7 +2,6 @@ package idem
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idem-go/idem/internal/delay"
@@ -137,87 +136,4 @@ func (p Policy) rule() delay.Policy {
 		MaxAttempts: p.MaxAttempts, BaseDelay: p.BaseDelay, MaxDelay: p.MaxDelay,
 		MaxElapsed: p.MaxElapsed, MaxRetryAfter: p.MaxRetryAfter,
 	}
-}
-
-// DefaultBudgetTokens is the capacity of the budget a Client or Transport
-// makes for itself: in a total outage it allows 30 retries in all, however
-// many operations fail (200 concurrent intents cost 1.15 attempts each), while
-// a server that answers most requests never runs it dry.
-const DefaultBudgetTokens = 30
-
-// Budget is a retry budget shared by every operation of a Client or a
-// Transport, in the manner of gRPC's retry throttling and Finagle's
-// RetryBudget: retries may not outnumber the server's answers by more than a
-// reserve. It holds up to its capacity in tokens and starts full; each retry
-// takes a token and is refused when none is left; each answer that ends an
-// operation (a success, a rejection: anything but an outage's refusals,
-// timeouts and 5xx) puts one back.
-//
-// So in a total outage retries stop after capacity of them, however many
-// operations fail, instead of multiplying the load on a sick server; while
-// the server answers, every operation may retry about once, so random faults
-// of up to about half the attempts never exhaust it. What is left shows in
-// the Stats of a Client or Transport that uses it (Stats.BudgetTokens). A
-// Budget is safe for concurrent use.
-type Budget struct {
-	mu       sync.Mutex // guards tokens
-	tokens   int
-	capacity int // 0: unlimited
-}
-
-// NewBudget returns a full budget of capacity tokens. A capacity of 0 or less
-// gives a budget that never refuses.
-func NewBudget(capacity int) *Budget {
-	capacity = max(capacity, 0)
-	return &Budget{tokens: capacity, capacity: capacity}
-}
-
-// left returns the tokens left, or -1 for an unlimited budget.
-func (b *Budget) left() int {
-	if b.capacity == 0 {
-		return -1
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.tokens
-}
-
-// take spends a token for a retry, or reports false when none is left.
-func (b *Budget) take() bool {
-	if b.capacity == 0 {
-		return true
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.tokens == 0 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
-// answered puts a token back after an answer that ended an operation.
-func (b *Budget) answered() {
-	if b.capacity == 0 {
-		return
-	}
-	b.mu.Lock()
-	b.tokens = min(b.tokens+1, b.capacity)
-	b.mu.Unlock()
-}
-
-// ownBudget is the Budget a Client or Transport makes for itself, once, when
-// it is given none.
-type ownBudget struct {
-	once sync.Once
-	b    *Budget
-}
-
-// or returns set, or, when set is nil, the own Budget.
-func (o *ownBudget) or(set *Budget) *Budget {
-	if set != nil {
-		return set
-	}
-	o.once.Do(func() { o.b = NewBudget(DefaultBudgetTokens) })
-	return o.b
 }

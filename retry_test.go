@@ -51,9 +51,9 @@ func TestBudget(t *testing.T) {
 	for i, st := range steps {
 		ok := true
 		if st.op == "take" {
-			ok = b.take()
+			ok = b.take(origin{})
 		} else {
-			b.answered()
+			b.answered(origin{})
 		}
 		if ok != st.ok || b.left() != st.tokens {
 			t.Errorf("step %d %s: ok %v, tokens %d; want %v, %d", i, st.op, ok, b.left(), st.ok, st.tokens)
@@ -65,9 +65,9 @@ func TestBudgetUnlimited(t *testing.T) {
 	b := NewBudget(0)
 	assert.Equal(t, -1, b.left())
 	for range 1000 {
-		require.True(t, b.take())
+		require.True(t, b.take(origin{}))
 	}
-	b.answered()
+	b.answered(origin{})
 	assert.Equal(t, -1, b.left(), "a success leaves an unlimited budget unlimited")
 	assert.Equal(t, -1, NewBudget(-5).left())
 }
@@ -80,7 +80,7 @@ func TestBudgetConcurrent(t *testing.T) {
 	for range 16 {
 		wg.Go(func() {
 			for range 100 {
-				if b.take() {
+				if b.take(origin{}) {
 					mu.Lock()
 					granted++
 					mu.Unlock()

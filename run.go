@@ -24,7 +24,7 @@ const maxDrain = 64 << 10
 // runConfig is what a run takes from its owner, a Client or a Transport.
 type runConfig struct {
 	policy       Policy
-	budget       *Budget
+	budget       runBudget
 	deletePolicy DeletePolicy
 	clock        clock
 	rand         func() float64 // nil means math/rand/v2

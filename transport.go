@@ -44,8 +44,8 @@ type Transport struct {
 	Base http.RoundTripper
 	// Policy bounds attempts and waits. The zero Policy is the default.
 	Policy Policy
-	// Budget limits retries across every request of the Transport. If nil,
-	// the Transport makes its own with DefaultBudgetTokens.
+	// Budget limits retries across every request of the Transport, per
+	// origin. If nil, the Transport makes its own with DefaultBudgetTokens.
 	Budget *Budget
 	// KeyHeader names the header that marks a request as keyed. If empty,
 	// DefaultKeyHeader is used.
@@ -103,7 +103,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	s := &requestSender{base: base, req: req, onSend: t.OnSend}
 	r := run{
 		runConfig: runConfig{
-			policy: p, budget: t.budget.or(t.Budget), deletePolicy: t.DeletePolicy,
+			policy: p, budget: runBudget{b: t.budget.or(t.Budget), origin: originOf(req.URL), m: &t.metrics}, deletePolicy: t.DeletePolicy,
 			clock: clockOr(t.clock), rand: t.rand,
 			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt, onOperation: t.OnOperation},
 		},

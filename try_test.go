@@ -128,8 +128,8 @@ func TestTryNoBudgetNoWait(t *testing.T) {
 	srv := newScripted(t, answer(503), answer(429, "Retry-After", "60"), answer(500), answer(201))
 	c, clk := testClient(t, nil)
 	c.Budget = NewBudget(1)
-	require.True(t, c.Budget.take(), "the budget's one token taken")
 	in := mustIntent(t, "POST", srv.URL, "x")
+	require.True(t, c.Budget.take(originOf(in.u)), "the budget's one token taken")
 	prior := NoOutcome
 	var actions []Action
 	for range 4 {

@@ -73,7 +73,7 @@ func observeStats(c config, stats func() idem.Stats) (metric.Registration, error
 	replays, err1 := counter(MetricReplays, "{operation}", "Operations the server answered from its store of completed requests.")
 	refusals, err2 := counter(MetricBudgetRefusals, "{retry}", "Retries the retry budget refused.")
 	tokens, err3 := m.Int64ObservableGauge(MetricBudgetTokens, metric.WithUnit("{token}"),
-		metric.WithDescription("Tokens left in the retry budget."))
+		metric.WithDescription("Tokens left in the retry budget of the origin that has fewest."))
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("idemotel: %w", err)
 	}

@@ -29,8 +29,9 @@ const (
 	// MetricBudgetRefusals counts retries the retry budget refused, from
 	// Stats.BudgetRefusals.
 	MetricBudgetRefusals = "idem.retry_budget.refusals"
-	// MetricBudgetTokens is what is left of the retry budget, from
-	// Stats.BudgetTokens; not reported for an unlimited budget.
+	// MetricBudgetTokens is what is left of the retry budget to the origin
+	// that has least, from Stats.BudgetTokens; not reported for an
+	// unlimited budget.
 	MetricBudgetTokens = "idem.retry_budget.tokens"
 	// MetricQueueRecordCount is the number of a queue's records, by state.
 	MetricQueueRecordCount = "idem.queue.record.count"
