@@ -98,6 +98,9 @@ func TestOtelPostgresDrainLinks(t *testing.T) {
 	require.Equal(t, queue.Done, r.State)
 	assert.Equal(t, idem.Applied, r.Outcome)
 
+	// A drain span ends once the queue has committed what followed, which
+	// Wait may see first.
+	require.Eventually(t, func() bool { return len(recorder.Ended()) >= 5 }, 10*time.Second, time.Millisecond)
 	var drains, attempts []sdktrace.ReadOnlySpan
 	for _, s := range recorder.Ended() {
 		switch s.Name() {

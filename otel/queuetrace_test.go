@@ -54,6 +54,9 @@ func TestQueueTracer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, queue.Done, r.State)
 
+	// The drain span ends once the queue has committed what followed, which
+	// Wait may see first.
+	endedAtLeast(t, recorder, 5)
 	spans := recorder.Ended()
 	require.Len(t, spans, 5, "pay, then an attempt span and a drain span per attempt")
 	host := hostAttrs(srv)
@@ -91,6 +94,7 @@ func TestQueueTracer(t *testing.T) {
 	r, err = q.Wait(ctx, id2)
 	require.NoError(t, err)
 	assert.Nil(t, r.Trace)
+	endedAtLeast(t, recorder, 7)
 	spans = recorder.Ended()
 	require.Len(t, spans, 7)
 	last := spans[6]
@@ -126,4 +130,11 @@ func TestQueueTracerStoredForm(t *testing.T) {
 	end(idem.ActionDone, idem.Applied, nil)
 	spans = recorder.Ended()
 	assert.Empty(t, spans[2].Links())
+}
+
+// endedAtLeast waits until recorder has n ended spans.
+func endedAtLeast(t *testing.T, recorder *spanRecorder, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(recorder.Ended()) >= n }, 10*time.Second, time.Millisecond,
+		"%d ended spans", n)
 }
