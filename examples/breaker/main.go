@@ -37,6 +37,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +75,22 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 	url := srv.URL + "/payments"
 
+	// The queue is open before the breaker trips, so that its record meets
+	// the breaker open.
+	dir, err := os.MkdirTemp("", "idem-breaker-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	q, err := openQueue(filepath.Join(dir, "intents.db"), client, out)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go q.Run(runCtx)
+
 	out.printf("server: answering 503")
 	first, err := newPayment(url, "pay-1")
 	if err != nil {
@@ -85,28 +102,6 @@ func run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	report(ctx, out, client, "pay-2", second, nil)
-
-	dir, err := os.MkdirTemp("", "idem-breaker-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	q, err := queue.Open(dir+"/intents.db", queue.Options{
-		Client: client,
-		Policy: idem.Policy{BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond, AttemptTimeout: 5 * time.Second},
-		Notify: func(e queue.Event) {
-			if e.Kind == queue.EventOffline || e.Kind == queue.EventOnline {
-				out.printf("queue: %s", e.Kind)
-			}
-		},
-	})
-	if err != nil {
-		return err
-	}
-	defer q.Close()
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go q.Run(runCtx)
 
 	third, err := newPayment(url, "pay-3")
 	if err != nil {
@@ -137,6 +132,20 @@ func run(ctx context.Context, w io.Writer) error {
 	report(ctx, out, client, "pay-2", second, nil)
 	out.printf("server: %s", s.effects())
 	return nil
+}
+
+// openQueue opens a queue at path whose attempts go through client, and
+// which prints when it goes offline and back.
+func openQueue(path string, client *idem.Client, out *printer) (*queue.Queue, error) {
+	return queue.Open(path, queue.Options{
+		Client: client,
+		Policy: idem.Policy{BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond, AttemptTimeout: 5 * time.Second},
+		Notify: func(e queue.Event) {
+			if e.Kind == queue.EventOffline || e.Kind == queue.EventOnline {
+				out.printf("queue: %s", e.Kind)
+			}
+		},
+	})
 }
 
 // newPayment returns a keyed POST of a payment named name.

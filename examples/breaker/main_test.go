@@ -187,9 +187,6 @@ func TestRateLimitWaits(t *testing.T) {
 // it is applied, once.
 func TestQueueWaitsOutOpenBreaker(t *testing.T) {
 	f := newFixture(t, 300*time.Millisecond, noLimit())
-	f.trip(t)
-	f.shop.failing.Store(false) // recovered, but the breaker does not know yet
-
 	events := make(chan queue.Event, 64)
 	q, err := queue.Open(filepath.Join(t.TempDir(), "q.db"), queue.Options{
 		Client: f.client,
@@ -207,6 +204,9 @@ func TestQueueWaitsOutOpenBreaker(t *testing.T) {
 	defer cancel()
 	go q.Run(ctx)
 
+	// The breaker's open time runs from here: the record must meet it open.
+	f.trip(t)
+	f.shop.failing.Store(false) // recovered, but the breaker does not know yet
 	in, key := f.payment(t)
 	id, err := q.Enqueue(ctx, in)
 	require.NoError(t, err)
