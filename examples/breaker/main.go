@@ -17,6 +17,20 @@
 // row the drainer probes once at a growing delay (queue.EventOffline), and
 // the probe that finds the breaker half-open gets through and closes it.
 //
+// The breaker sits above the limiter, so that a request it refuses spends
+// no token, and it does not count the limiter's refusals, which say nothing
+// of the server. It counts a 5xx as a failure but hands the response on:
+// idem judges the answer, and for a keyed POST a 503 is in doubt. So an
+// intent whose earlier attempts reached the failing server stays Unknown
+// when the breaker then refuses it; only an intent the breaker refused
+// throughout is NotApplied. A queue counts each refused attempt in
+// queue.Options.MaxAttempts (no limit by default): with a limit, a breaker
+// open long enough fails the record, NotApplied. gobreaker moves to
+// half-open only when asked (State, or a request), so OnStateChange cannot
+// wake a queue at that moment; an application that wants the probe sooner
+// than the drainer's offline delay calls Queue.Wake once State is no longer
+// open, as the test does.
+//
 // The program starts a loopback server that answers 503 for a while (an
 // overloaded service, before acting) and then recovers. The breaker opens
 // after three failures in a row and half-opens after half a second. It
