@@ -186,7 +186,7 @@ func TestRateLimitWaits(t *testing.T) {
 // treats the refusals as an offline network; once the breaker half-opens
 // it is applied, once.
 func TestQueueWaitsOutOpenBreaker(t *testing.T) {
-	f := newFixture(t, 300*time.Millisecond, noLimit())
+	f := newFixture(t, time.Second, noLimit())
 	events := make(chan queue.Event, 64)
 	q, err := queue.Open(filepath.Join(t.TempDir(), "q.db"), queue.Options{
 		Client: f.client,
