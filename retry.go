@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -78,6 +79,28 @@ type Policy struct {
 	// queued record's 409 is an attempt, which queue.Options.MaxAttempts
 	// counts.
 	InFlightWindow time.Duration
+	// Veto, if not nil, may stop a retry the decision table allows. It is
+	// called after an attempt the table would retry (a poll of a key in
+	// flight included), before the wait and before the retry budget is
+	// asked, with the attempt's facts: AttemptInfo.Keyed says whether the
+	// request carried a key, and its Action is ActionRetry, the table's
+	// advice. Returning true ends the operation there, as the table ends
+	// one without success: Unknown if an attempt left it in doubt,
+	// NotApplied otherwise, with an *Error matching ErrVetoed; no budget
+	// token is spent, and OnAttempt hears ActionStop. It is never called
+	// when the table stops or succeeds, so it narrows the table and never
+	// widens it: it cannot make a POST without key retried. Use it for a
+	// server that releases a key when its handler fails with a 5xx, where
+	// a keyed retry of a 500 would run the handler again:
+	//
+	//	Veto: func(_ context.Context, ai idem.AttemptInfo) bool {
+	//		return ai.Keyed && ai.Attempt.Status == http.StatusInternalServerError
+	//	}
+	//
+	// It runs on the caller's goroutine (a queue's: a drainer's, for the
+	// retries of a record; see queue.Options.Policy) and must be quick; a
+	// panic in it is the caller's, as in any callback. nil vetoes nothing.
+	Veto func(ctx context.Context, ai AttemptInfo) bool
 }
 
 // withDefaults returns p with zero fields set to their defaults, or an error
