@@ -41,7 +41,9 @@ func releasedKey(_ context.Context, ai AttemptInfo) bool {
 
 // panicVeto fails the test if the table's stop or success ever reaches a
 // veto.
-func panicVeto(context.Context, AttemptInfo) bool { panic("Veto called where the table does not retry") }
+func panicVeto(context.Context, AttemptInfo) bool {
+	panic("Veto called where the table does not retry")
+}
 
 // TestVetoCannotWiden: the veto is never asked where the table stops or
 // succeeds, so a veto that would allow everything changes nothing there.
