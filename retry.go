@@ -30,10 +30,11 @@ func defaultPolicy() Policy {
 // the default policy: 4 attempts, backoff from 200 ms doubling to 10 s,
 // Retry-After waited up to 60 s, and no bound on elapsed time or on one
 // attempt but the context's and the http.Client's. A queue takes the
-// backoff and the attempt timeout, each zero one taking
+// backoff, the attempt timeout and the Veto, each zero one taking
 // queue.DefaultPolicy's value, and refuses the limits (MaxAttempts,
 // MaxElapsed, MaxRetryAfter, InFlightWindow): a record's limits are its
-// queue's Options. Negative fields are invalid.
+// queue's Options. Negative fields are invalid. An intent may carry a
+// Policy of its own (WithPolicy).
 //
 // A keyed request answered 409 (a request under its key is in flight) is
 // not a failed attempt but a wait: the server has the operation, and a
