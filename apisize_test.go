@@ -17,7 +17,11 @@ import (
 // their constructors and exported methods (constants, variables and fields
 // are not counted). Every entry is one more thing a user reads to find what
 // they need; a new one should replace one or make the case that it must be.
-const maxAPIEntries = 50
+//
+// 51: WithPolicy, a per-call policy (the one call that needs fewer attempts
+// or a Veto of its own), which no field of Client or Intent could carry
+// without a second Client per policy.
+const maxAPIEntries = 51
 
 // TestAPISize keeps the root API within maxAPIEntries, counted as
 // `go doc -all . | grep -cE '^(func|type) '` counts it.

@@ -32,6 +32,7 @@ type Client struct {
 	// to http (see RedirectPolicy) before calling HTTPClient's own.
 	HTTPClient *http.Client
 	// Policy bounds attempts and waits. The zero Policy is the default.
+	// An intent made WithPolicy is run by its own policy instead.
 	Policy Policy
 	// Budget limits retries across every intent of the Client, per origin.
 	// If nil, the Client makes its own with DefaultBudgetTokens on first
@@ -234,7 +235,11 @@ func (c *Client) Resume(ctx context.Context, in *Intent, prior error) (*Result, 
 
 // run runs in, in doubt from the start when inDoubt is set.
 func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, error) {
-	p, err := c.Policy.withDefaults()
+	pol := c.Policy
+	if in != nil && in.policy != nil {
+		pol = *in.policy // WithPolicy's replaces the Client's
+	}
+	p, err := pol.withDefaults()
 	if err != nil {
 		return nil, err
 	}

@@ -66,6 +66,10 @@
 // of the intent was ambiguous, and nothing else (no clock, no I/O, no
 // randomness): the same facts always give the same decision.
 //
+// Hooks narrow the table and never widen it: Policy.Veto may stop a retry
+// the table allows (ErrVetoed), as for a server that releases a key when
+// its handler fails with a 5xx, and is never asked where the table stops.
+//
 // # Outcomes
 //
 // Every return of Client.Do maps to one Outcome:

@@ -28,7 +28,17 @@ const (
 // MarshalBinary encodes the intent for storage, so that a queue can persist
 // it and send it after a restart with the same key. The form is versioned and
 // ends in a CRC-32C of the rest.
+//
+// An intent made WithPolicy has no binary form: a policy may hold a func
+// (Policy.Veto), which no encoding carries, and a queue, which stores
+// intents in this form, shapes every record by its own Options.Policy.
+// MarshalBinary refuses it with an error wrapping ErrInvalidIntent rather
+// than drop the policy silently; queue.Enqueue and queue.NewRecord pass
+// that error on.
 func (in *Intent) MarshalBinary() ([]byte, error) {
+	if in.policy != nil {
+		return nil, fmt.Errorf("%w: an intent with WithPolicy cannot be queued: the queue's Options.Policy applies (nor encoded: a policy may hold a func)", ErrInvalidIntent)
+	}
 	n := len(encodingMagic) + 1 + 4*binary.MaxVarintLen64 + len(in.method) + len(in.url) +
 		len(in.key) + len(in.lane) + 3*binary.MaxVarintLen64 + len(in.body) + 4
 	for _, f := range in.header {

@@ -115,6 +115,11 @@ var (
 	// x509.CertificateInvalidError, with the certificate and its dates, is
 	// reachable with errors.As.
 	ErrCertificateDates = errors.New("idem: certificate validity dates disagree with the clock")
+	// ErrVetoed is returned when Policy.Veto stopped a retry the decision
+	// table allowed. The outcome is the table's for an end at that point:
+	// Unknown if an attempt left the operation in doubt, NotApplied
+	// otherwise.
+	ErrVetoed = errors.New("idem: retry vetoed by the policy")
 
 	// ErrInvalidIntent is returned by NewIntent and UnmarshalBinary for a bad
 	// method, URL, header, lane or encoding, and by Client.Do,

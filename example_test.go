@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -329,4 +330,47 @@ func ExampleClient_Resume() {
 	// do: true true
 	// resume: applied 201 replayed: true
 	// payments made: 1
+}
+
+// A server that releases a key when its handler fails with a 500 runs the
+// handler again on a keyed retry: the first run may have charged the card
+// before it failed. Policy.Veto narrows the decision table for it: no keyed
+// retry of a 500, which then ends Unknown, to be reconciled.
+func Example_vetoReleasedKey() {
+	var runs atomic.Int32 // the handler's runs: each may charge the card
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1)%2 == 1 {
+			w.WriteHeader(http.StatusInternalServerError) // the key is released
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+
+	pay := func(c *idem.Client) {
+		runs.Store(0)
+		in, err := idem.NewIntent("POST", srv.URL+"/payments", []byte(`{"amount":100}`))
+		if err != nil {
+			panic(err)
+		}
+		res, err := c.Do(context.Background(), in)
+		var e *idem.Error
+		switch {
+		case err == nil:
+			res.Response.Body.Close()
+			fmt.Println(res.Outcome, "after", len(res.Attempts), "attempts; handler runs:", runs.Load())
+		case errors.As(err, &e):
+			fmt.Println(e.Outcome, "after", len(e.Attempts), "attempt; vetoed:", errors.Is(err, idem.ErrVetoed))
+		}
+	}
+	pay(&idem.Client{Policy: idem.Policy{BaseDelay: time.Millisecond}})
+	pay(&idem.Client{Policy: idem.Policy{
+		BaseDelay: time.Millisecond,
+		Veto: func(_ context.Context, ai idem.AttemptInfo) bool {
+			return ai.Keyed && ai.Attempt.Status == http.StatusInternalServerError
+		},
+	}})
+	// Output:
+	// applied after 2 attempts; handler runs: 2
+	// unknown after 1 attempt; vetoed: true
 }

@@ -54,6 +54,7 @@ type Intent struct {
 	supplied  bool // the key came from WithKey rather than uuid.New
 	lane      string
 	createdAt time.Time
+	policy    *Policy // WithPolicy's, for Do and Resume; nil: the Client's
 }
 
 // IntentOption configures NewIntent.
@@ -67,6 +68,7 @@ type intentConfig struct {
 	index       map[string]int // position in header by name, once there are many
 	headerBytes int
 	lane        string
+	policy      *Policy
 }
 
 // WithKey supplies the idempotency key instead of generating one; use it when
@@ -207,6 +209,26 @@ func WithLane(lane string) IntentOption {
 	}
 }
 
+// WithPolicy gives the intent a policy of its own: Client.Do and
+// Client.Resume run it by p instead of the Client's Policy, which p
+// replaces entirely: each zero field of p takes the default, as a zero
+// field of Client.Policy does, not the Client's value. Use it for the one
+// call that needs fewer attempts, or a Veto of its own. Client.Try reads no
+// policy, and a Transport never sees an Intent. An intent with a policy
+// cannot be queued (queue.Enqueue refuses it, and MarshalBinary: a queue's
+// Options.Policy shapes its records) and is the same operation as one
+// without (SameOperation). A negative field is refused with an error
+// wrapping ErrInvalidPolicy.
+func WithPolicy(p Policy) IntentOption {
+	return func(c *intentConfig) error {
+		if _, err := p.withDefaults(); err != nil {
+			return err
+		}
+		c.policy = &p
+		return nil
+	}
+}
+
 // NewIntent returns an Intent for method and url with the given body, which
 // it copies. The method must be one of GET, HEAD, OPTIONS, TRACE, QUERY, PUT,
 // DELETE, POST or PATCH; the URL must be absolute http or https, with a host
@@ -254,6 +276,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		supplied:  c.hasKey,
 		lane:      c.lane,
 		createdAt: now.Round(0),
+		policy:    c.policy,
 	}
 	if len(body) > 0 {
 		in.body = append([]byte(nil), body...)
@@ -313,7 +336,7 @@ func (in *Intent) CreatedAt() time.Time { return in.createdAt }
 func (in *Intent) Body() []byte { return slices.Clone(in.body) }
 
 // SameOperation reports whether o asks for the same operation as in: the
-// same method, URL and body. A queue takes a supplied key that comes again
+// same method, URL and body, whatever their policies (WithPolicy). A queue takes a supplied key that comes again
 // with the same operation as the record it already holds, and refuses it
 // with another (queue.ErrKeyInUse). It copies neither body.
 func (in *Intent) SameOperation(o *Intent) bool {

@@ -120,8 +120,19 @@ type AttemptInfo struct {
 	// its schedule decided: a retry after the wait it scheduled, stop when
 	// it failed the record, expire when the next attempt would pass the
 	// horizon, hold when it held the lane (a second 401) or the host
-	// (ActionHold).
+	// (ActionHold). For Policy.Veto it is ActionRetry, the table's advice.
 	Action Action
+	// Keyed reports whether the request carried an idempotency key.
+	Keyed bool
+}
+
+// attemptInfo describes r's latest attempt, followed by action, to a hook.
+func (r *run) attemptInfo(action Action) AttemptInfo {
+	shown := r.latest
+	if shown.Err != nil {
+		shown.Err = redacted{shown.Err}
+	}
+	return AttemptInfo{Method: r.method, URL: r.safeURL(), N: r.n, Attempt: shown, Action: action, Keyed: r.hasKey}
 }
 
 // observer feeds the counters, the logger and the hooks.
@@ -161,11 +172,7 @@ func (o observer) reportAttempt(ctx context.Context, r *run, action Action) {
 		o.m.keyReused.Add(1)
 	}
 	if o.hook != nil {
-		shown := a
-		if a.Err != nil {
-			shown.Err = redacted{a.Err}
-		}
-		o.hook(ctx, AttemptInfo{Method: r.method, URL: r.safeURL(), N: r.n, Attempt: shown, Action: action})
+		o.hook(ctx, r.attemptInfo(action))
 	}
 	if o.logger == nil || !o.logger.Enabled(ctx, slog.LevelDebug) {
 		return

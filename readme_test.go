@@ -94,3 +94,23 @@ func TestREADMEExamples(t *testing.T) {
 		})
 	}
 }
+
+// TestREADMEVetoRecipe: the README's recipe for a server that releases a
+// key on a 5xx is the Veto Example_vetoReleasedKey runs.
+func TestREADMEVetoRecipe(t *testing.T) {
+	sec := readmeSection(t, "## The decision table")
+	_, code, ok := strings.Cut(sec, "```go\n")
+	require.True(t, ok, "no go block in the decision table's section")
+	code, _, ok = strings.Cut(code, "```")
+	require.True(t, ok, "unterminated go block")
+	_, veto, ok := strings.Cut(code, "\tVeto: ")
+	require.True(t, ok, "the recipe sets no Veto")
+	veto, _, _ = strings.Cut(veto, "\n\t},\n")
+
+	src, err := os.ReadFile("example_test.go")
+	require.NoError(t, err)
+	_, example, ok := strings.Cut(string(src), "\n\t\tVeto: ")
+	require.True(t, ok, "example_test.go sets no Veto")
+	example, _, _ = strings.Cut(example, "\n\t\t},\n")
+	assert.Equal(t, veto, strings.ReplaceAll(example, "\n\t", "\n"), "README's Veto and Example_vetoReleasedKey's differ")
+}

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -28,10 +29,11 @@ func defaultPolicy() Policy {
 // the default policy: 4 attempts, backoff from 200 ms doubling to 10 s,
 // Retry-After waited up to 60 s, and no bound on elapsed time or on one
 // attempt but the context's and the http.Client's. A queue takes the
-// backoff and the attempt timeout, each zero one taking
+// backoff, the attempt timeout and the Veto, each zero one taking
 // queue.DefaultPolicy's value, and refuses the limits (MaxAttempts,
 // MaxElapsed, MaxRetryAfter, InFlightWindow): a record's limits are its
-// queue's Options. Negative fields are invalid.
+// queue's Options. Negative fields are invalid. An intent may carry a
+// Policy of its own (WithPolicy).
 //
 // A keyed request answered 409 (a request under its key is in flight) is
 // not a failed attempt but a wait: the server has the operation, and a
@@ -77,6 +79,28 @@ type Policy struct {
 	// queued record's 409 is an attempt, which queue.Options.MaxAttempts
 	// counts.
 	InFlightWindow time.Duration
+	// Veto, if not nil, may stop a retry the decision table allows. It is
+	// called after an attempt the table would retry (a poll of a key in
+	// flight included), before the wait and before the retry budget is
+	// asked, with the attempt's facts: AttemptInfo.Keyed says whether the
+	// request carried a key, and its Action is ActionRetry, the table's
+	// advice. Returning true ends the operation there, as the table ends
+	// one without success: Unknown if an attempt left it in doubt,
+	// NotApplied otherwise, with an *Error matching ErrVetoed; no budget
+	// token is spent, and OnAttempt hears ActionStop. It is never called
+	// when the table stops or succeeds, so it narrows the table and never
+	// widens it: it cannot make a POST without key retried. Use it for a
+	// server that releases a key when its handler fails with a 5xx, where
+	// a keyed retry of a 500 would run the handler again:
+	//
+	//	Veto: func(_ context.Context, ai idem.AttemptInfo) bool {
+	//		return ai.Keyed && ai.Attempt.Status == http.StatusInternalServerError
+	//	}
+	//
+	// It runs on the caller's goroutine (a queue's: a drainer's, for the
+	// retries of a record; see queue.Options.Policy) and must be quick; a
+	// panic in it is the caller's, as in any callback. nil vetoes nothing.
+	Veto func(ctx context.Context, ai AttemptInfo) bool
 }
 
 // withDefaults returns p with zero fields set to their defaults, or an error

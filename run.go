@@ -101,6 +101,11 @@ func (r *run) loop(ctx context.Context) (*http.Response, decision, *Error) {
 			r.obs.reportAttempt(ctx, r, ActionStop)
 			return resp, d, r.fail(d.Outcome, d.Reason, 0, d.Cause)
 		}
+		if veto := r.policy.Veto; veto != nil && veto(ctx, r.attemptInfo(ActionRetry)) {
+			// Before nextWait: a vetoed retry spends no budget token.
+			r.obs.reportAttempt(ctx, r, ActionStop)
+			return resp, d, r.fail(r.outcome(), "retry vetoed by the policy (Policy.Veto)", 0, ErrVetoed)
+		}
 		wait, ferr := r.nextWait(ctx, resp)
 		if ferr != nil {
 			r.obs.reportAttempt(ctx, r, ActionStop) // the decision said retry; the policy said no

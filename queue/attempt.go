@@ -219,15 +219,20 @@ func (q *Queue) attempt(ctx, actx context.Context, r *Record, streak int, d *dra
 		d.tell(step, idem.ActionStop, 0)
 		return now, nil, q.settleLeased(r, Failed, outcome, step.Reason, res)
 	}
-	next, err := q.retryLater(r, step, now, d)
+	next, err := q.retryLater(actx, r, step, now, d)
 	return next, nil, err
 }
 
 // retryLater schedules the next attempt of r after the attempt step, or
-// settles r when no attempt could be made in time.
-func (q *Queue) retryLater(r *Record, step *idem.Step, now time.Time, d *drainEnd) (time.Time, error) {
+// settles r when Options.Policy.Veto stops the retry or no attempt could be
+// made in time.
+func (q *Queue) retryLater(ctx context.Context, r *Record, step *idem.Step, now time.Time, d *drainEnd) (time.Time, error) {
 	if step.Attempt.Class == idem.ClassNeverSent {
 		r.unsend()
+	}
+	if q.vetoed(ctx, r, step) {
+		d.tell(step, idem.ActionStop, 0)
+		return now, q.settleLeased(r, Failed, q.outcomeOf(r), "retry vetoed by the policy (Options.Policy.Veto)", nil)
 	}
 	v := delay.Next(q.rule(), r.NumAttempts, r.FirstSentAt, retryAfter(step), now, q.opts.rand())
 	if v.Stop != delay.Retry {
@@ -245,6 +250,31 @@ func (q *Queue) retryLater(r *Record, step *idem.Step, now time.Time, d *drainEn
 	d.tell(step, idem.ActionRetry, v.Wait)
 	return next, q.requeue(r, next)
 }
+
+// vetoed reports whether Options.Policy.Veto stops the retry the table
+// advised after the attempt step, which it is shown as a Client's OnAttempt
+// hook would show it.
+func (q *Queue) vetoed(ctx context.Context, r *Record, step *idem.Step) bool {
+	veto := q.opts.Policy.Veto
+	if veto == nil {
+		return false
+	}
+	a := step.Attempt
+	if a.Err != nil {
+		a.Err = redactedErr{a.Err}
+	}
+	return veto(ctx, idem.AttemptInfo{
+		Method: r.Intent.Method(), URL: redact.RawURL(r.Intent.URL()), N: step.N,
+		Attempt: a, Action: idem.ActionRetry, Keyed: r.Intent.Key() != "",
+	})
+}
+
+// redactedErr shows an error without the request URL, keeping it for
+// errors.Is and errors.As.
+type redactedErr struct{ err error }
+
+func (e redactedErr) Error() string { return redact.Error(e.err) }
+func (e redactedErr) Unwrap() error { return e.err }
 
 // unauthorized handles a 401, the attempt step: one more attempt at once
 // with fresh credentials, then the lane is held and reported, its records

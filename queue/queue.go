@@ -50,7 +50,12 @@ type Options struct {
 	// MaxElapsed and InFlightWindow, are a call's, whose zero means
 	// DefaultPolicy's 4 attempts, 60 s and 30 s: Open refuses them when
 	// set. A record's limits are MaxAttempts and MaxRetryAfter below, the
-	// horizon and MaxAge.
+	// horizon and MaxAge. Its Veto, if set, is asked before each retry the
+	// decision table advises, on the drainer's goroutine (not before the
+	// one more attempt a 401 gets with fresh credentials, a retry the
+	// table does not advise): a vetoed record fails at once, its Outcome
+	// the table's at that point (Unknown if an attempt left it in doubt,
+	// NotApplied otherwise), its Reason naming the veto.
 	Policy idem.Policy
 	// MaxAttempts is how many attempts a record gets, the first included,
 	// before it fails; 0 means no limit but the horizon and MaxAge.
