@@ -77,31 +77,52 @@ func main() {
 // policy keeps the example fast: a retry waits a few milliseconds.
 var policy = idem.Policy{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond}
 
-// run sends the payments and prints the traces and metrics to w.
-func run(ctx context.Context, w io.Writer) error {
-	// The stdout exporter writes to a buffer, copied to w after the
-	// summary; a synchronous processor exports each span as it ends, in
-	// the order they end.
-	var spanOut bytes.Buffer
-	spanExporter, err := stdouttrace.New(stdouttrace.WithWriter(&spanOut), stdouttrace.WithPrettyPrint())
-	if err != nil {
-		return err
-	}
+// telemetry is the SDK's side: the providers, the span recorder the
+// summary reads and the stdout exporter's output.
+type telemetry struct {
+	tracers  *sdktrace.TracerProvider
+	recorder *tracetest.SpanRecorder
+	spanOut  bytes.Buffer // what stdouttrace printed
+	meters   *sdkmetric.MeterProvider
+	reader   *sdkmetric.ManualReader
+}
+
+// newTelemetry makes the providers. stdouttrace writes to a buffer, copied
+// out after the summary; a synchronous processor exports each span as it
+// ends, in the order they end.
+func newTelemetry() (*telemetry, error) {
 	res, err := resource.Merge(resource.Default(),
 		resource.NewSchemaless(attribute.String("service.name", "idem-otel-example")))
 	if err != nil {
+		return nil, err
+	}
+	t := &telemetry{recorder: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
+	exporter, err := stdouttrace.New(stdouttrace.WithWriter(&t.spanOut))
+	if err != nil {
+		return nil, err
+	}
+	t.tracers = sdktrace.NewTracerProvider(
+		sdktrace.WithResource(res),
+		sdktrace.WithSpanProcessor(t.recorder),
+		sdktrace.WithSyncer(exporter),
+	)
+	t.meters = sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(t.reader))
+	return t, nil
+}
+
+func (t *telemetry) shutdown() {
+	_ = t.tracers.Shutdown(context.Background())
+	_ = t.meters.Shutdown(context.Background())
+}
+
+// run sends the payments and prints the traces and metrics to w.
+func run(ctx context.Context, w io.Writer) error {
+	tel, err := newTelemetry()
+	if err != nil {
 		return err
 	}
-	recorder := tracetest.NewSpanRecorder()
-	tracers := sdktrace.NewTracerProvider(
-		sdktrace.WithResource(res),
-		sdktrace.WithSpanProcessor(recorder),
-		sdktrace.WithSyncer(spanExporter),
-	)
-	defer tracers.Shutdown(context.Background())
-	reader := sdkmetric.NewManualReader()
-	meters := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(reader))
-	defer meters.Shutdown(context.Background())
+	defer tel.shutdown()
+	tracers, meters := tel.tracers, tel.meters
 	w3c := propagation.TraceContext{}
 
 	// The shop's spans come from otelhttp, with the same TracerProvider
@@ -153,16 +174,16 @@ func run(ctx context.Context, w io.Writer) error {
 	srv.Close()
 
 	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
+	if err := tel.reader.Collect(ctx, &rm); err != nil {
 		return err
 	}
-	printSummary(w, recorder.Ended(), s.log(), rm)
+	printSummary(w, tel.recorder.Ended(), s.log(), rm)
 	fmt.Fprintln(w, "\n== The spans, as stdouttrace printed them as they ended")
-	if _, err := spanOut.WriteTo(w); err != nil {
+	if _, err := tel.spanOut.WriteTo(w); err != nil {
 		return err
 	}
 	fmt.Fprintln(w, "\n== The metrics, as stdoutmetric printed them")
-	metricExporter, err := stdoutmetric.New(stdoutmetric.WithWriter(w), stdoutmetric.WithPrettyPrint())
+	metricExporter, err := stdoutmetric.New(stdoutmetric.WithWriter(w))
 	if err != nil {
 		return err
 	}
@@ -333,7 +354,7 @@ func printSummary(w io.Writer, spans []sdktrace.ReadOnlySpan, received []string,
 // span ID and its links, each by span ID and name.
 func spanLine(s sdktrace.ReadOnlySpan, depth int, names map[trace.SpanID]string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-*s%-*s %-8s", 2*depth, "", 36-2*depth, s.Name(), s.SpanKind())
+	fmt.Fprintf(&b, "%-*s%-*s %-8s", 2*depth, "", 24-2*depth, s.Name(), s.SpanKind())
 	set := attribute.NewSet(s.Attributes()...)
 	for _, k := range summaryKeys {
 		if v, ok := set.Value(k); ok {
