@@ -1,24 +1,41 @@
-// Command otel exports idem's metrics with OpenTelemetry, through the
+// Command otel shows idem's traces and metrics in OpenTelemetry, through the
 // companion module github.com/idem-go/idem/otel (package idemotel).
 //
-// It starts a loopback server that answers every third request 503 (after
-// placing the order, as a server whose answer is lost would), sends a few
-// intents through an idem.Client and a queue, collects with the SDK's
-// ManualReader and prints the metrics. An application calls
-// idemotel.Instrument and idemotel.ObserveQueue as run does, with a periodic
-// reader and an OTLP exporter in the ManualReader's place.
+// It starts a loopback shop that implements idempotency keys and loses one
+// answer: it places the first payment, then answers 503, as a server whose
+// answer is lost on the way back; the retry, with the same key, gets the
+// stored answer with "Idempotent-Replayed: true". The shop's handler is
+// wrapped in otelhttp.NewHandler with the W3C propagator, so its spans join
+// the client's trace. run then
 //
-// A retry is an attempt with idem.action=retry: the two Do made, and the one
-// the queue scheduled after its first 503. idemotel exports no second count
-// of retries: Stats.Retries counts only the retries of Do and RoundTrip, so
-// such a count disagreed with the attempts as soon as a queue shared the
-// client.
+//  1. sends that payment with an instrumented idem.Client under an
+//     application span, "checkout": the trace is checkout > idem POST (the
+//     operation) > two HTTP POST (the attempts, CLIENT spans) > the shop's
+//     SERVER span under each attempt, whose parent came in the request's
+//     traceparent header;
+//  2. enqueues a payment in a queue under a span, "order-placed", and lets
+//     the queue drain it: the drain is a CONSUMER span, "idem drain POST",
+//     the root of its own trace, linked to order-placed's span;
+//  3. collects the metrics: http.client.request.duration and
+//     http.client.active_requests (the HTTP semantic conventions, per
+//     attempt), idem.operation.duration, idem.replays,
+//     idem.retry_budget.*, idem.queue.record.count and
+//     idem.queue.oldest_pending.
+//
+// It prints a summary of the traces first, one line per span indented under
+// its parent, from a tracetest.SpanRecorder; then what the stdout exporters
+// printed of the same spans and metrics. An application passes its own
+// providers to idemotel.Instrument, idemotel.QueueTracer and
+// idemotel.ObserveQueue as run does, with a batching span processor, a
+// periodic reader and an OTLP exporter in the stdout exporters' place.
 //
 // It lives in its own module so that idem itself does not depend on
 // OpenTelemetry.
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -31,9 +48,17 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
 	idemotel "github.com/idem-go/idem/otel"
@@ -49,75 +74,129 @@ func main() {
 	}
 }
 
-// run sends the intents and prints the metrics to w.
+// policy keeps the example fast: a retry waits a few milliseconds.
+var policy = idem.Policy{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond}
+
+// telemetry is the SDK's side: the providers, the span recorder the
+// summary reads and the stdout exporter's output.
+type telemetry struct {
+	tracers  *sdktrace.TracerProvider
+	recorder *tracetest.SpanRecorder
+	spanOut  bytes.Buffer // what stdouttrace printed
+	meters   *sdkmetric.MeterProvider
+	reader   *sdkmetric.ManualReader
+}
+
+// newTelemetry makes the providers. stdouttrace writes to a buffer, copied
+// out after the summary; a synchronous processor exports each span as it
+// ends, in the order they end.
+func newTelemetry() (*telemetry, error) {
+	res, err := resource.Merge(resource.Default(),
+		resource.NewSchemaless(attribute.String("service.name", "idem-otel-example")))
+	if err != nil {
+		return nil, err
+	}
+	t := &telemetry{recorder: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
+	exporter, err := stdouttrace.New(stdouttrace.WithWriter(&t.spanOut))
+	if err != nil {
+		return nil, err
+	}
+	t.tracers = sdktrace.NewTracerProvider(
+		sdktrace.WithResource(res),
+		sdktrace.WithSpanProcessor(t.recorder),
+		sdktrace.WithSyncer(exporter),
+	)
+	t.meters = sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(t.reader))
+	return t, nil
+}
+
+func (t *telemetry) shutdown() {
+	_ = t.tracers.Shutdown(context.Background())
+	_ = t.meters.Shutdown(context.Background())
+}
+
+// run sends the payments and prints the traces and metrics to w.
 func run(ctx context.Context, w io.Writer) error {
-	srv := httptest.NewServer(&shop{placed: map[string]bool{}})
+	tel, err := newTelemetry()
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown()
+	tracers, meters := tel.tracers, tel.meters
+	w3c := propagation.TraceContext{}
+
+	// The shop's spans come from otelhttp, with the same TracerProvider
+	// and the W3C propagator: its SERVER spans are the attempts' children.
+	// Its metrics go to the global MeterProvider, which records nothing,
+	// to keep the output to idem's.
+	s := newShop()
+	srv := httptest.NewServer(otelhttp.NewHandler(s, "shop",
+		otelhttp.WithTracerProvider(tracers), otelhttp.WithPropagators(w3c)))
 	defer srv.Close()
 
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer provider.Shutdown(context.Background())
-	withProvider := idemotel.WithMeterProvider(provider)
-
-	client := &idem.Client{
-		HTTPClient: srv.Client(),
-		Policy:     idem.Policy{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
-	}
-	reg, err := idemotel.Instrument(client, withProvider)
+	client := &idem.Client{HTTPClient: srv.Client(), Policy: policy}
+	reg, err := idemotel.Instrument(client, idemotel.WithTracerProvider(tracers),
+		idemotel.WithMeterProvider(meters), idemotel.WithPropagator(w3c))
 	if err != nil {
 		return err
 	}
 	defer reg.Unregister()
+	app := tracers.Tracer("example/checkout")
 
-	if err := sendOrders(ctx, client, srv.URL); err != nil {
+	if err := checkout(ctx, app, client, srv.URL); err != nil {
 		return err
 	}
-	// The queue's attempts go through the same client, so idem.attempts
-	// counts them; its records settle in the queue (idem.queue.records), not
-	// in the client's idem.operations and idem.replays, which count what Do
-	// finished.
+	// The queue's metrics are read at collection: it stays open until run
+	// returns.
 	dir, err := os.MkdirTemp("", "idem-otel-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	q, err := queue.Open(filepath.Join(dir, "intents.db"), queue.Options{
-		Client: client, Policy: idem.Policy{BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
+	q, err := queue.Open(filepath.Join(dir, "payments.db"), queue.Options{
+		Client: client,
+		Policy: policy,
+		Tracer: idemotel.QueueTracer(idemotel.WithTracerProvider(tracers)),
 	})
 	if err != nil {
 		return err
 	}
 	defer q.Close()
-	qreg, err := idemotel.ObserveQueue(q, withProvider)
+	qreg, err := idemotel.ObserveQueue(q, idemotel.WithMeterProvider(meters))
 	if err != nil {
 		return err
 	}
 	defer qreg.Unregister() // deferred after q.Close, so it runs first
-	if err := drainOrders(ctx, q, srv.URL); err != nil {
+	if err := placeOrder(ctx, app, q, srv.URL); err != nil {
 		return err
 	}
+	// Close waits for the shop's handlers, so every span has ended.
+	srv.Close()
 
 	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
+	if err := tel.reader.Collect(ctx, &rm); err != nil {
 		return err
 	}
-	printMetrics(w, rm)
-	return nil
-}
-
-// sendOrders places five orders with Client.Do, then posts to a path the
-// shop does not have: one rejection.
-func sendOrders(ctx context.Context, c *idem.Client, base string) error {
-	for i := range 5 {
-		if err := send(ctx, c, base+"/orders", fmt.Sprintf(`{"order":%d}`, i)); err != nil {
-			return err
-		}
+	printSummary(w, tel.recorder.Ended(), s.log(), rm)
+	fmt.Fprintln(w, "\n== The spans, as stdouttrace printed them as they ended")
+	if _, err := tel.spanOut.WriteTo(w); err != nil {
+		return err
 	}
-	return send(ctx, c, base+"/refunds", `{"order":0}`)
+	fmt.Fprintln(w, "\n== The metrics, as stdoutmetric printed them")
+	metricExporter, err := stdoutmetric.New(stdoutmetric.WithWriter(w))
+	if err != nil {
+		return err
+	}
+	return metricExporter.Export(ctx, &rm)
 }
 
-func send(ctx context.Context, c *idem.Client, url, body string) error {
-	in, err := idem.NewIntent(http.MethodPost, url, []byte(body))
+// checkout sends one payment with c under the application's span
+// "checkout". The shop loses its first answer: c retries and gets it
+// replayed.
+func checkout(ctx context.Context, app trace.Tracer, c *idem.Client, base string) error {
+	ctx, span := app.Start(ctx, "checkout")
+	defer span.End()
+	in, err := idem.NewIntent(http.MethodPost, base+"/payments", []byte(`{"order":"A-1","amount":"12.50"}`))
 	if err != nil {
 		return err
 	}
@@ -128,114 +207,211 @@ func send(ctx context.Context, c *idem.Client, url, body string) error {
 	return res.Response.Body.Close()
 }
 
-// drainOrders places two orders through q and waits until both are settled.
-func drainOrders(ctx context.Context, q *queue.Queue, base string) error {
-	ctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = q.Run(ctx) }) // returns nil once stopped
-	defer func() { stop(); wg.Wait() }()
-
-	var ids []queue.ID
-	for i := range 2 {
-		in, err := idem.NewIntent(http.MethodPost, base+"/orders", fmt.Appendf(nil, `{"queued":%d}`, i))
-		if err != nil {
-			return err
-		}
-		id, err := q.Enqueue(ctx, in)
-		if err != nil {
-			return err
-		}
-		ids = append(ids, id)
+// placeOrder enqueues a payment in q under the span "order-placed", runs
+// the queue until the payment is settled and stops it.
+func placeOrder(ctx context.Context, app trace.Tracer, q *queue.Queue, base string) error {
+	in, err := idem.NewIntent(http.MethodPost, base+"/payments", []byte(`{"order":"B-7","amount":"40.00"}`))
+	if err != nil {
+		return err
 	}
-	for _, id := range ids {
-		r, err := q.Wait(ctx, id)
-		if err != nil {
-			return err
-		}
-		if r.State != queue.Done {
-			return fmt.Errorf("record %d is %s: %s", id, r.State, r.Reason)
-		}
+	pctx, span := app.Start(ctx, "order-placed")
+	id, err := q.Enqueue(pctx, in)
+	span.End()
+	if err != nil {
+		return err
+	}
+
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = q.Run(rctx) }) // returns nil once stopped
+	defer func() { stop(); wg.Wait() }()
+	r, err := q.Wait(ctx, id)
+	if err != nil {
+		return err
+	}
+	if r.State != queue.Done {
+		return fmt.Errorf("record %d is %s: %s", id, r.State, r.Reason)
 	}
 	return nil
 }
 
-// shop is an order server that implements idempotency keys and answers
-// every third request 503 after placing the order: the retry, with the same
-// key, gets the stored answer. A shop is safe for concurrent use.
+// shop is a payment server that implements idempotency keys: a retry with
+// a key it has seen gets the stored answer, "Idempotent-Replayed: true". It
+// loses the answer to its first payment: it places it, then answers 503. A
+// shop is safe for concurrent use.
 type shop struct {
+	mux *http.ServeMux
+
 	mu       sync.Mutex      // guards the fields below
-	requests int             // requests so far
-	placed   map[string]bool // keys of the orders placed
+	lost     bool            // an answer was lost
+	placed   map[string]bool // keys of the payments placed
+	received []string        // one line per request
 }
 
-func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func newShop() *shop {
+	s := &shop{mux: http.NewServeMux(), placed: map[string]bool{}}
+	// The pattern names otelhttp's server span, "POST /payments".
+	s.mux.HandleFunc("POST /payments", s.pay)
+	return s
+}
+
+func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *shop) pay(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get(idem.DefaultKeyHeader)
-	s.mu.Lock()
-	s.requests++
-	n, replay := s.requests, s.placed[key]
-	if r.URL.Path == "/orders" && key != "" {
-		s.placed[key] = true
+	if key == "" {
+		http.Error(w, "Idempotency-Key required", http.StatusBadRequest)
+		return
 	}
+	s.mu.Lock()
+	replay := s.placed[key]
+	s.placed[key] = true
+	lose := !replay && !s.lost
+	s.lost = s.lost || lose
+	status := http.StatusCreated
+	if lose {
+		status = http.StatusServiceUnavailable
+	}
+	s.received = append(s.received, fmt.Sprintf("%s %s traceparent=%s replayed=%t -> %d",
+		r.Method, r.URL.Path, r.Header.Get("traceparent"), replay, status))
 	s.mu.Unlock()
 	switch {
-	case r.URL.Path != "/orders":
-		http.NotFound(w, r)
-	case key == "":
-		http.Error(w, "Idempotency-Key required", http.StatusBadRequest)
+	case lose:
+		http.Error(w, "payment placed, answer lost", status)
 	case replay:
 		w.Header().Set("Idempotent-Replayed", "true")
-		w.WriteHeader(http.StatusCreated)
-	case n%3 == 0:
-		http.Error(w, "order placed, answer lost", http.StatusServiceUnavailable)
+		w.WriteHeader(status)
 	default:
-		w.WriteHeader(http.StatusCreated)
+		w.WriteHeader(status)
 	}
 }
 
-// printMetrics writes one line per data point, value first, sorted by
-// attributes, so that runs can be compared; timings vary.
-func printMetrics(w io.Writer, rm metricdata.ResourceMetrics) {
+// log returns a line per request the shop received, in order.
+func (s *shop) log() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.received)
+}
+
+// summaryKeys are the attributes the summary shows, in this order.
+var summaryKeys = []attribute.Key{
+	"http.response.status_code", "error.type", "http.request.resend_count",
+	"idem.class", "idem.action", "idem.outcome",
+	"idem.queue.record.id", "idem.queue.record.attempt",
+}
+
+// printSummary writes the traces, one line per span indented under its
+// parent, children in the order they started; what the shop received; and
+// the metrics, one line per instrument.
+func printSummary(w io.Writer, spans []sdktrace.ReadOnlySpan, received []string, rm metricdata.ResourceMetrics) {
+	names := map[trace.SpanID]string{}
+	children := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
+	var roots []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		names[s.SpanContext().SpanID()] = s.Name()
+	}
+	for _, s := range spans {
+		if p := s.Parent(); p.IsValid() && names[p.SpanID()] != "" {
+			children[p.SpanID()] = append(children[p.SpanID()], s)
+		} else {
+			roots = append(roots, s)
+		}
+	}
+	byStart := func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) }
+	slices.SortStableFunc(roots, byStart)
+
+	fmt.Fprintln(w, "== Traces: a line per span, under its parent (from a tracetest.SpanRecorder)")
+	var walk func(s sdktrace.ReadOnlySpan, depth int)
+	walk = func(s sdktrace.ReadOnlySpan, depth int) {
+		fmt.Fprintln(w, spanLine(s, depth, names))
+		kids := children[s.SpanContext().SpanID()]
+		slices.SortStableFunc(kids, byStart)
+		for _, k := range kids {
+			walk(k, depth+1)
+		}
+	}
+	for _, r := range roots {
+		fmt.Fprintf(w, "trace %s\n", r.SpanContext().TraceID())
+		walk(r, 1)
+	}
+
+	fmt.Fprintln(w, "\n== The shop received")
+	for _, l := range received {
+		fmt.Fprintln(w, "  "+l)
+	}
+
+	fmt.Fprintln(w, "\n== Metrics: a line per instrument (in full below)")
 	for _, sm := range rm.ScopeMetrics {
-		slices.SortFunc(sm.Metrics, func(a, b metricdata.Metrics) int { return strings.Compare(a.Name, b.Name) })
-		for _, m := range sm.Metrics {
-			fmt.Fprintf(w, "%s (%s)\n", m.Name, m.Unit)
-			var lines [][2]string // attributes, value
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					lines = append(lines, [2]string{attrs(p.Attributes), fmt.Sprint(p.Value)})
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					lines = append(lines, [2]string{attrs(p.Attributes), fmt.Sprint(p.Value)})
-				}
-			case metricdata.Gauge[float64]:
-				for _, p := range d.DataPoints {
-					lines = append(lines, [2]string{attrs(p.Attributes), fmt.Sprintf("%.3f", p.Value)})
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					lines = append(lines, [2]string{attrs(p.Attributes), fmt.Sprintf("count=%d sum=%.4f", p.Count, p.Sum)})
-				}
-			default:
-				lines = append(lines, [2]string{fmt.Sprintf("(%T not printed)", d), ""})
-			}
-			slices.SortFunc(lines, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
-			for _, l := range lines {
-				fmt.Fprintf(w, "  %-22s %s\n", l[1], l[0])
-			}
+		ms := slices.Clone(sm.Metrics)
+		slices.SortFunc(ms, func(a, b metricdata.Metrics) int { return cmp.Compare(a.Name, b.Name) })
+		for _, m := range ms {
+			fmt.Fprintf(w, "  %-30s %s\n", m.Name, metricLine(m.Data))
 		}
 	}
 }
 
-// attrs formats an attribute set as "k=v k=v", or "-" when it is empty.
-func attrs(s attribute.Set) string {
-	if s.Len() == 0 {
-		return "-"
+// spanLine formats s at depth: its name, kind, the summaryKeys it has, its
+// span ID and its links, each by span ID and name.
+func spanLine(s sdktrace.ReadOnlySpan, depth int, names map[trace.SpanID]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-*s%-*s %-8s", 2*depth, "", 24-2*depth, s.Name(), s.SpanKind())
+	set := attribute.NewSet(s.Attributes()...)
+	for _, k := range summaryKeys {
+		if v, ok := set.Value(k); ok {
+			fmt.Fprintf(&b, " %s=%s", k, v.Emit())
+		}
 	}
+	fmt.Fprintf(&b, " span=%s", s.SpanContext().SpanID())
+	for _, l := range s.Links() {
+		id := l.SpanContext.SpanID()
+		fmt.Fprintf(&b, " link=%s(%s)", id, cmp.Or(names[id], "?"))
+	}
+	return b.String()
+}
+
+// metricLine sums up an instrument's data points: a count per histogram
+// series, the value of a counter or gauge, with the attributes that tell
+// the series apart. Durations are left out: they change from run to run.
+func metricLine(data metricdata.Aggregation) string {
+	var parts []string
+	switch d := data.(type) {
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			parts = append(parts, point(fmt.Sprintf("count=%d", p.Count), p.Attributes))
+		}
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			parts = append(parts, point(fmt.Sprint(p.Value), p.Attributes))
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			parts = append(parts, point(fmt.Sprint(p.Value), p.Attributes))
+		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			parts = append(parts, point(fmt.Sprintf("%.3g", p.Value), p.Attributes))
+		}
+	default:
+		return fmt.Sprintf("(%T)", d)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+// point formats a data point's value and the attributes that tell series
+// apart, "value{k=v k=v}": the method, the server's address and port are
+// the same in every series here.
+func point(value string, s attribute.Set) string {
 	var parts []string
 	for _, kv := range s.ToSlice() {
+		switch kv.Key {
+		case "http.request.method", "server.address", "server.port", "url.scheme":
+			continue
+		}
 		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
 	}
-	return strings.Join(parts, " ")
+	if len(parts) == 0 {
+		return value
+	}
+	return value + "{" + strings.Join(parts, " ") + "}"
 }
