@@ -121,6 +121,10 @@ type Wire struct {
 	// earlier send may have been processed: whatever the final answer says,
 	// short of success, the operation is in doubt.
 	Resent bool
+	// Hedged reports that a hedge, a second request, went out during the
+	// attempt (Policy.HedgeAfter). The other facts are those of the request
+	// whose answer or error the attempt reports.
+	Hedged bool
 }
 
 // facts are what is known about one attempt: the input of classify and decide.

@@ -163,8 +163,13 @@ func (o observer) reportAttempt(ctx context.Context, r *run, action Action) {
 		ctx = r.latestCtx
 	}
 	a := r.latest
-	// net/http may have sent the request on more than one connection.
-	o.m.attempts.Add(uint64(max(a.Wire.Conns, 1)))
+	// net/http may have sent the request on more than one connection, and
+	// a hedge is a request of its own.
+	sent := max(a.Wire.Conns, 1)
+	if a.Wire.Hedged {
+		sent++
+	}
+	o.m.attempts.Add(uint64(sent))
 	switch {
 	case a.Status == 409:
 		o.m.conflicts.Add(1)

@@ -101,13 +101,22 @@ type Policy struct {
 	// retries of a record; see queue.Options.Policy) and must be quick; a
 	// panic in it is the caller's, as in any callback. nil vetoes nothing.
 	Veto func(ctx context.Context, ai AttemptInfo) bool
+	// HedgeAfter, if above 0, hedges the attempts of safe methods (GET,
+	// HEAD, OPTIONS, TRACE, QUERY): when an attempt has had no response
+	// headers for HedgeAfter, a second request goes to the same URL, and
+	// the first answer is the attempt's, the other request cancelled and
+	// its body closed. One hedge at most per attempt, within its timeout;
+	// the attempt is one Attempt in the trail (Wire.Hedged), and
+	// Stats.Requests counts both requests. A write, keyed or not, is never
+	// hedged. 0 means no hedge. A queue refuses it: its records are writes.
+	HedgeAfter time.Duration
 }
 
 // withDefaults returns p with zero fields set to their defaults, or an error
 // naming a negative field.
 func (p Policy) withDefaults() (Policy, error) {
 	if p.MaxAttempts < 0 || p.BaseDelay < 0 || p.MaxDelay < 0 || p.MaxElapsed < 0 || p.AttemptTimeout < 0 || p.MaxRetryAfter < 0 ||
-		p.InFlightWindow < 0 {
+		p.InFlightWindow < 0 || p.HedgeAfter < 0 {
 		return p, p.negativeField()
 	}
 	def := defaultPolicy()
@@ -144,6 +153,7 @@ func (p Policy) negativeField() error {
 		{"AttemptTimeout", int64(p.AttemptTimeout)},
 		{"MaxRetryAfter", int64(p.MaxRetryAfter)},
 		{"InFlightWindow", int64(p.InFlightWindow)},
+		{"HedgeAfter", int64(p.HedgeAfter)},
 	}
 	for _, f := range fields {
 		if f.v < 0 {

@@ -228,7 +228,7 @@ func (r *run) send(ctx context.Context) (*http.Response, Attempt, error) {
 	}
 
 	att := Attempt{Start: r.clock.Now()}
-	resp, err := r.s.send(req)
+	resp, won, err := r.sendAttempt(actx, req, rec)
 	spared := timer.Stop()
 	if !spared && resp != nil && err == nil {
 		// The headers came as the timer fired: their body is cut off with
@@ -247,8 +247,8 @@ func (r *run) send(ctx context.Context) (*http.Response, Attempt, error) {
 		err = fmt.Errorf("%w: attempt timeout %v: %w", context.DeadlineExceeded, r.policy.AttemptTimeout, err)
 	}
 	att.Duration = r.clock.Since(att.Start)
-	f := rec.Trace()
-	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil, Resent: f.Resent}
+	f := won.rec.Trace()
+	att.Wire = Wire{Conns: f.Conns, WroteHeaders: f.WroteHeaders, WroteRequest: f.WroteRequest, GotResponse: err == nil, Resent: f.Resent, Hedged: won.hedged}
 	if err != nil {
 		att.Err = err
 		if cancel != nil {

@@ -50,7 +50,8 @@ type Options struct {
 	// MaxElapsed and InFlightWindow, are a call's, whose zero means
 	// DefaultPolicy's 4 attempts, 60 s and 30 s: Open refuses them when
 	// set. A record's limits are MaxAttempts and MaxRetryAfter below, the
-	// horizon and MaxAge. Its Veto, if set, is asked before each retry the
+	// horizon and MaxAge. Open refuses HedgeAfter too: a queue's attempts
+	// are never hedged. Its Veto, if set, is asked before each retry the
 	// decision table advises, on the drainer's goroutine (not before the
 	// one more attempt a 401 gets with fresh credentials, a retry the
 	// table does not advise): a vetoed record fails at once, its Outcome
@@ -224,6 +225,8 @@ func (o Options) refuseCallLimits() error {
 		return fmt.Errorf("%w: Policy.MaxElapsed is a call's limit, not read by a queue: the horizon and Options.MaxAge bound a record", ErrInvalidOptions)
 	case p.InFlightWindow != 0:
 		return fmt.Errorf("%w: Policy.InFlightWindow is a call's limit, not read by a queue: a record's keyed 409 is an attempt, counted by Options.MaxAttempts", ErrInvalidOptions)
+	case p.HedgeAfter != 0:
+		return fmt.Errorf("%w: Policy.HedgeAfter hedges a call's safe reads, not read by a queue, whose records are writes: leave it zero", ErrInvalidOptions)
 	}
 	return nil
 }

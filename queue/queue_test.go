@@ -613,6 +613,8 @@ func TestQueueRefusesCallLimits(t *testing.T) {
 		{"MaxRetryAfter", idem.Policy{MaxRetryAfter: time.Minute}, "Policy.MaxRetryAfter is a call's limit, not read by a queue: set Options.MaxRetryAfter"},
 		{"MaxElapsed", idem.Policy{MaxElapsed: time.Hour}, "Policy.MaxElapsed is a call's limit, not read by a queue"},
 		{"InFlightWindow", idem.Policy{InFlightWindow: time.Minute}, "Policy.InFlightWindow is a call's limit, not read by a queue"},
+		{"HedgeAfter", idem.Policy{HedgeAfter: time.Second}, "Policy.HedgeAfter hedges a call's safe reads, not read by a queue"},
+		{"HedgeAfter negative", idem.Policy{HedgeAfter: -time.Second}, "Policy.HedgeAfter hedges a call's safe reads, not read by a queue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
