@@ -1,6 +1,7 @@
 package pgqueue_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -142,4 +143,39 @@ func TestEnqueueManyTxOneStatement(t *testing.T) {
 		}))
 	}
 	assert.Len(t, laneOrder(t, pool, "one"), 1000)
+}
+
+// countingTracer is tracer counting its Inject calls.
+type countingTracer struct {
+	tracer
+	injects *atomic.Int64
+}
+
+func (c countingTracer) Inject(ctx context.Context) map[string]string {
+	c.injects.Add(1)
+	return c.tracer.Inject(ctx)
+}
+
+// TestEnqueueManyTxTrace: a Producer's Tracer is asked once per batch, and
+// every record of the batch carries what it gave.
+func TestEnqueueManyTxTrace(t *testing.T) {
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	pool := migrated(t)
+	ctx := waitCtx(t)
+	var injects atomic.Int64
+	p := pgqueue.Producer{Tracer: countingTracer{newTracer(), &injects}}
+	var ids []queue.ID
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		ids, err = p.EnqueueManyTx(context.WithValue(ctx, parentKey{}, parent), tx,
+			[]*idem.Intent{post(t, "http://127.0.0.1:1/a"), post(t, "http://127.0.0.1:1/b")})
+		return err
+	}))
+	assert.EqualValues(t, 1, injects.Load(), "Inject calls")
+	q := open(t, pool, pgqueue.Options{})
+	for _, id := range ids {
+		r, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]string{"traceparent": parent}, r.Trace, "record %d", id)
+	}
 }
