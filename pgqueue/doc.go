@@ -93,9 +93,11 @@
 // The record takes its place in its lane at commit, not at EnqueueTx: two
 // transactions queueing into one lane are sent in the order they
 // committed. A transaction queueing many records into one lane writes the
-// lane's row at most twice at its commit, whatever their number. See Isolation
-// levels for
-// REPEATABLE READ and SERIALIZABLE.
+// lane's row at most twice at its commit, whatever their number.
+// EnqueueManyTx queues a batch of intents in one statement, their IDs in
+// its order, with EnqueueTx's checks and key de-duplication (within the
+// batch too), in time linear in its size, one lane or many. See Isolation
+// levels for REPEATABLE READ and SERIALIZABLE.
 //
 // A Producer with a Tracer (queue.Tracer) stores the producer's trace
 // context with each record its EnqueueTx queues (queue.Record.Trace), so
