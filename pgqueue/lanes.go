@@ -173,14 +173,23 @@ func (st *store) head(ctx context.Context, lane string) (r *queue.Record, data [
 		id       *int64
 		enqueued *time.Time
 		version  int
+		next     nextRow
 	)
+	// The record after the head comes too, for SettleLeaseNext to lease
+	// with the head's settle.
 	err = st.pool.QueryRow(octx, `SELECT l.tail, r.id, r.enqueued_at, r.record,
-			(SELECT coalesce(max(version), 0) FROM idem_queue_migrations) FROM idem_queue_lanes l
+			(SELECT coalesce(max(version), 0) FROM idem_queue_migrations),
+			n.id, n.enqueued_at, n.record, n.xmin::text FROM idem_queue_lanes l
 		LEFT JOIN LATERAL (
 			SELECT id, enqueued_at, record FROM idem_queue_records
 			WHERE lane = l.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
 		) r ON true
-		WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&tail, &id, &enqueued, &data, &version)
+		LEFT JOIN LATERAL (
+			SELECT id, enqueued_at, record, xmin FROM idem_queue_records
+			WHERE lane = l.name AND state <= 2 AND id <> r.id ORDER BY coalesce(pos, id) LIMIT 1
+		) n ON true
+		WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&tail, &id, &enqueued, &data, &version,
+		&next.id, &next.enqueued, &next.data, &next.xmin)
 	if errors.Is(err, pgx.ErrNoRows) { // taken over: not this replica's lane now
 		return nil, nil, nil
 	}
@@ -190,7 +199,10 @@ func (st *store) head(ctx context.Context, lane string) (r *queue.Record, data [
 	if version > st.known {
 		return nil, nil, st.tooNew(version)
 	}
-	t.tail, t.empty = tail, id == nil
+	t.tail, t.empty, t.ahead = tail, id == nil, nil
+	if id != nil {
+		t.ahead = next.ahead(*id)
+	}
 	st.mu.Lock()
 	st.owned[lane] = t
 	st.mu.Unlock()

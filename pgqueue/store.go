@@ -58,6 +58,19 @@ type taken struct {
 	token uuid.UUID
 	tail  int64 // the lane's last position as Head saw it
 	empty bool  // Head found no unsettled record
+	// ahead is the lane's record after the one being worked on, as last
+	// read, for SettleLeaseNext to lease; nil if none was read.
+	ahead *ahead
+}
+
+// ahead is a lane's record read ahead of its turn: the one after the
+// record follows, as the row stood at xmin, its version.
+type ahead struct {
+	follows  int64
+	id       int64
+	enqueued time.Time
+	data     []byte
+	xmin     string
 }
 
 // opTimeout bounds a statement whose context has no deadline: the

@@ -1,0 +1,96 @@
+package pgqueue
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/queue"
+)
+
+// leaseHead takes lane and leases its head, as a drainer does.
+func leaseHead(t *testing.T, st *store, lane string) *queue.Record {
+	t.Helper()
+	r := take(t, st, lane)
+	r.State, r.NumAttempts, r.FirstSentAt = queue.InFlight, 1, st.now()
+	require.NoError(t, st.Put(context.Background(), queue.Pending, r))
+	return r
+}
+
+// done marks r settled as applied.
+func done(st *store, r *queue.Record) {
+	r.State, r.Outcome, r.SettledAt = queue.Done, idem.Applied, st.now()
+}
+
+// accept leases the record SettleLeaseNext offers.
+func accept(n *queue.Record) bool {
+	n.State, n.NumAttempts = queue.InFlight, n.NumAttempts+1
+	return true
+}
+
+// state reads record id's state.
+func state(t *testing.T, st *store, id queue.ID) queue.State {
+	t.Helper()
+	r, err := st.Get(context.Background(), id)
+	require.NoError(t, err)
+	return r.State
+}
+
+// TestSettleLeaseNext: the settle and the next record's lease land
+// together, record after record, and the lease read ahead follows the
+// lane's order.
+func TestSettleLeaseNext(t *testing.T) {
+	st := replica(t, testPool(t), Options{})
+	ids := []queue.ID{enqueue(t, st, "acct-1"), enqueue(t, st, "acct-1"), enqueue(t, st, "acct-1")}
+	r := leaseHead(t, st, "acct-1")
+	for i, id := range ids[1:] {
+		done(st, r)
+		n, err := st.SettleLeaseNext(context.Background(), r, accept)
+		require.NoError(t, err)
+		require.NotNil(t, n, "record %d leased with the settle of %d", id, ids[i])
+		assert.Equal(t, id, n.ID)
+		assert.Equal(t, queue.Done, state(t, st, ids[i]))
+		assert.Equal(t, queue.InFlight, state(t, st, id))
+		r = n
+	}
+	done(st, r)
+	n, err := st.SettleLeaseNext(context.Background(), r, accept)
+	require.NoError(t, err)
+	assert.Nil(t, n, "the lane has no record left")
+	assert.Equal(t, queue.Done, state(t, st, ids[2]))
+}
+
+// TestSettleLeaseNextFenced: a worker whose lane was taken over settles
+// nothing and leases nothing; and a next record changed since it was read
+// ahead (resubmitted, here rewritten) is not leased, the settle lands alone.
+func TestSettleLeaseNextFenced(t *testing.T) {
+	pool := testPool(t)
+	st, other := replica(t, pool, Options{}), replica(t, pool, Options{})
+	first, second := enqueue(t, st, "acct-1"), enqueue(t, st, "acct-1")
+
+	r := leaseHead(t, st, "acct-1")
+	expire(t, pool)
+	h := take(t, other, "acct-1")
+	require.Equal(t, first, h.ID)
+	done(st, r)
+	n, err := st.SettleLeaseNext(context.Background(), r, accept)
+	assert.ErrorIs(t, err, queue.ErrMovedOn, "the stale worker's settle")
+	assert.Nil(t, n)
+	assert.Equal(t, queue.InFlight, state(t, st, first), "the stale settle must not land")
+	assert.Equal(t, queue.Pending, state(t, st, second), "the stale lease must not land")
+
+	// other holds the lane, has read second ahead; second changes meanwhile.
+	_, err = pool.Exec(context.Background(), "UPDATE idem_queue_records SET record = record WHERE id = $1", int64(second))
+	require.NoError(t, err)
+	h.State, h.NumAttempts = queue.InFlight, h.NumAttempts+1
+	require.NoError(t, other.Put(context.Background(), queue.InFlight, h))
+	done(other, h)
+	n, err = other.SettleLeaseNext(context.Background(), h, accept)
+	require.NoError(t, err)
+	assert.Nil(t, n, "a record changed since it was read ahead is not leased")
+	assert.Equal(t, queue.Done, state(t, st, first))
+	assert.Equal(t, queue.Pending, state(t, st, second))
+}
