@@ -245,13 +245,13 @@ func BenchmarkFleetLatency(b *testing.B) {
 				replicas int
 				lanes    int // 0: one per intent
 			}{
-				{"bbolt", 1, fleetLanes},
-				{"postgres-1", 1, fleetLanes},
-				{"postgres-3", 3, fleetLanes},
-				{"postgres-1-lane-each", 1, 0},
-				{"postgres-3-lane-each", 3, 0},
-				{"river-1", 1, 0},
-				{"river-3", 3, 0},
+				{"bbolt/lanes=200", 0, fleetLanes},
+				{"postgres/replicas=1/lanes=200", 1, fleetLanes},
+				{"postgres/replicas=3/lanes=200", 3, fleetLanes},
+				{"postgres/replicas=1/lanes=each", 1, 0},
+				{"postgres/replicas=3/lanes=each", 3, 0},
+				{"river/replicas=1", 1, 0},
+				{"river/replicas=3", 3, 0},
 			} {
 				b.Run("impl="+impl.name, func(b *testing.B) {
 					e := newFleetEnv(b, l)
@@ -264,7 +264,7 @@ func BenchmarkFleetLatency(b *testing.B) {
 					switch {
 					case strings.HasPrefix(impl.name, "river"):
 						e.riverDrain(b, impl.replicas, lane)
-					case impl.name == "bbolt":
+					case impl.replicas == 0:
 						e.queueDrain(b, nil, lane)
 					default:
 						e.queueDrain(b, make([]struct{}, impl.replicas), lane)
@@ -406,4 +406,105 @@ func (e *fleetEnv) riverDrain(b *testing.B, clients int, lane func(int) string) 
 		cancel()
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "intents/s")
+}
+
+// BenchmarkFleetTx: a one-row business transaction at each latency setting,
+// interleaved so that the machine's noise falls on all alike: alone
+// (plain-us), with its payment queued by pgqueue.EnqueueTx (enqueue-us), and
+// with the payment inserted as River's job by InsertTx (river-us). Then a
+// batch in one transaction: pgqueue queues batch intents by as many
+// EnqueueTx calls (pgqueue has no batch insert yet), River by one
+// InsertManyTx (enqueue-batch-ms, river-batch-ms). Times are means per
+// transaction.
+func BenchmarkFleetTx(b *testing.B) {
+	batch := 1000
+	if smoke() {
+		batch = 20
+	}
+	for _, l := range latencies {
+		if smoke() && !l.smokeRun {
+			continue
+		}
+		b.Run("latency="+l.name, func(b *testing.B) {
+			e := newFleetEnv(b, l)
+			ctx := context.Background()
+			pool := e.pool(b)
+			rc := e.riverClient(b, pool) // inserts only: never started
+			if _, err := pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY, total int NOT NULL)"); err != nil {
+				b.Fatal(err)
+			}
+			const plain, enqueue, insert, enqueueMany, insertMany = 0, 1, 2, 3, 4
+			var (
+				n     int
+				spent [5]time.Duration
+			)
+			order := func(how int) {
+				rows := 1
+				if how >= enqueueMany {
+					rows = batch
+				}
+				start := time.Now()
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tx.Rollback(ctx)
+				n++
+				id := "order-" + strconv.Itoa(n)
+				if _, err := tx.Exec(ctx, "INSERT INTO orders (id, total) VALUES ($1, $2)", id, n); err != nil {
+					b.Fatal(err)
+				}
+				switch how {
+				case enqueue, enqueueMany:
+					for i := range rows {
+						in := newIntent(b, e.url, id+"-"+strconv.Itoa(i))
+						if _, err := pgqueue.EnqueueTx(ctx, tx, in); err != nil {
+							b.Fatal(err)
+						}
+					}
+				case insert:
+					if _, err := rc.InsertTx(ctx, tx, paymentArgs{URL: e.url, Lane: id}, nil); err != nil {
+						b.Fatal(err)
+					}
+				case insertMany:
+					params := make([]river.InsertManyParams, rows)
+					for i := range params {
+						params[i] = river.InsertManyParams{Args: paymentArgs{URL: e.url, Lane: id + "-" + strconv.Itoa(i)}}
+					}
+					if _, err := rc.InsertManyTx(ctx, tx, params); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := tx.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+				spent[how] += time.Since(start)
+			}
+			for i := range 30 { // warm the connections and their statement caches
+				order(i % 3)
+			}
+			order(enqueueMany)
+			order(insertMany)
+			spent = [5]time.Duration{}
+			i := 0
+			b.ResetTimer()
+			for range b.N {
+				for j := range 3 {
+					order((i + j) % 3)
+				}
+				if i%10 == 0 { // a batch every tenth round: each is batch rows
+					order(enqueueMany + i/10%2)
+					order(enqueueMany + (i/10+1)%2)
+				}
+				i++
+			}
+			us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+			batches := float64((b.N + 9) / 10)
+			b.ReportMetric(us(spent[plain]), "plain-us")
+			b.ReportMetric(us(spent[enqueue]), "enqueue-us")
+			b.ReportMetric(us(spent[insert]), "river-us")
+			b.ReportMetric(float64(spent[enqueueMany].Microseconds())/1000/batches, "enqueue-batch-ms")
+			b.ReportMetric(float64(spent[insertMany].Microseconds())/1000/batches, "river-batch-ms")
+		})
+	}
 }

@@ -188,4 +188,3 @@ func TestBadInput(t *testing.T) {
 		t.Error("Read through a proxy whose dial failed succeeded, want an error")
 	}
 }
-
