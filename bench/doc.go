@@ -37,7 +37,7 @@
 //	                   same POSTs as jobs; 8 workers a replica.
 //	BenchmarkFleetTx   a one-row business transaction alone, with
 //	                   pgqueue.EnqueueTx and with River's InsertTx; a batch
-//	                   of 1,000 by as many EnqueueTx beside InsertManyTx.
+//	                   of 1,000 by EnqueueManyTx beside InsertManyTx.
 //
 // run.sh runs them all, writes the raw output under results/, compares with
 // benchstat and prints the ratios the project is judged on (cmd/ratios).

@@ -412,10 +412,9 @@ func (e *fleetEnv) riverDrain(b *testing.B, clients int, lane func(int) string) 
 // interleaved so that the machine's noise falls on all alike: alone
 // (plain-us), with its payment queued by pgqueue.EnqueueTx (enqueue-us), and
 // with the payment inserted as River's job by InsertTx (river-us). Then a
-// batch in one transaction: pgqueue queues batch intents by as many
-// EnqueueTx calls (pgqueue has no batch insert yet), River by one
-// InsertManyTx (enqueue-batch-ms, river-batch-ms). Times are means per
-// transaction; select1-us is a SELECT 1's round trip, through the proxy as
+// batch in one transaction: pgqueue queues batch intents by one
+// EnqueueManyTx, River by one InsertManyTx (enqueue-batch-ms,
+// river-batch-ms). Times are means per transaction; select1-us is a SELECT 1's round trip, through the proxy as
 // the rest.
 func BenchmarkFleetTx(b *testing.B) {
 	batch := 1000
@@ -456,12 +455,17 @@ func BenchmarkFleetTx(b *testing.B) {
 					b.Fatal(err)
 				}
 				switch how {
-				case enqueue, enqueueMany:
-					for i := range rows {
-						in := newIntent(b, e.url, id+"-"+strconv.Itoa(i))
-						if _, err := pgqueue.EnqueueTx(ctx, tx, in); err != nil {
-							b.Fatal(err)
-						}
+				case enqueue:
+					if _, err := pgqueue.EnqueueTx(ctx, tx, newIntent(b, e.url, id)); err != nil {
+						b.Fatal(err)
+					}
+				case enqueueMany:
+					ins := make([]*idem.Intent, rows)
+					for i := range ins {
+						ins[i] = newIntent(b, e.url, id+"-"+strconv.Itoa(i))
+					}
+					if _, err := pgqueue.EnqueueManyTx(ctx, tx, ins); err != nil {
+						b.Fatal(err)
 					}
 				case insert:
 					if _, err := rc.InsertTx(ctx, tx, paymentArgs{URL: e.url, Lane: id}, nil); err != nil {

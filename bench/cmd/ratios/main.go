@@ -330,7 +330,7 @@ func fleetRows(tw io.Writer, s samples, row func(label, num, den, unit string, t
 			fmt.Fprintf(tw, "fleet %s: business tx with EnqueueTx / with River InsertTx, time\tn/a\t<= 1.00\t\tmissing %s\n", l, short(tx))
 		}
 		if v, ok := s.rounds(tx, func(u []float64) float64 { return u[0] / u[1] }, "enqueue-batch-ms", "river-batch-ms"); ok {
-			fmt.Fprintf(tw, "fleet %s: batch tx, EnqueueTx each / River InsertManyTx, time\t%.3fx\t\t\t%s ms / %s ms\n",
+			fmt.Fprintf(tw, "fleet %s: batch tx, EnqueueManyTx / River InsertManyTx, time\t%.3fx\t\t\t%s ms / %s ms\n",
 				l, v, med(s, tx, "enqueue-batch-ms"), med(s, tx, "river-batch-ms"))
 		}
 	}

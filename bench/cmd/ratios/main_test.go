@@ -79,7 +79,7 @@ func TestReport(t *testing.T) {
 		{"fleet", "db1ms-api5ms:", "pgqueue", "/", "River,", "1", "replica,", "a", "lane", "per", "intent", "0.500x", ">=", "1.00", "MISSED"},
 		{"fleet", "db1ms-api5ms:", "pgqueue", "200", "hot", "lanes", "/", "River,", "1", "replica", "0.556x"},
 		{"fleet", "db1ms-api5ms:", "business", "tx", "with", "EnqueueTx", "/", "with", "River", "InsertTx,", "time", "1.250x", "<=", "1.00", "MISSED"},
-		{"fleet", "db1ms-api5ms:", "batch", "tx,", "EnqueueTx", "each", "/", "River", "InsertManyTx,", "time", "2.000x"},
+		{"fleet", "db1ms-api5ms:", "batch", "tx,", "EnqueueManyTx", "/", "River", "InsertManyTx,", "time", "2.000x"},
 		{"fleet", "none:", "pgqueue", "1", "replica", "/", "bbolt,", "drain", "rate,", "200", "lanes", "n/a", ">=", "0.60"},
 	} {
 		found := false
