@@ -15,6 +15,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
 	closeDepthQueue()
+	stopPG()
 	os.Exit(code)
 }
 

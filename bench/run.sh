@@ -21,7 +21,12 @@
 #                    benchmarks to run, by default all; fleet is the PostgreSQL
 #                    queue's (../pgqueue, its own module), on a throwaway server
 #                    it starts; without PostgreSQL's binaries (Debian's
-#                    postgresql package) its rows say n/a
+#                    postgresql package) its rows say n/a. It also runs
+#                    BenchmarkFleetTx and BenchmarkFleetLatency (bench/):
+#                    pgqueue beside River and the bbolt queue, through
+#                    latency proxies (about 4 minutes a round)
+#   FLEET_COUNT=3    rounds of BenchmarkFleetTx and BenchmarkFleetLatency
+#   FLEET_N=1000     intents each drain of BenchmarkFleetLatency works
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -30,6 +35,8 @@ SLOW_COUNT=${SLOW_COUNT:-6}
 OUTAGE=${OUTAGE:-10s}
 DEPTHS=${DEPTHS:-1k,100k,1M}
 PROFILES=${PROFILES:-1}
+FLEET_COUNT=${FLEET_COUNT:-3}
+FLEET_N=${FLEET_N:-1000}
 PHASES=" ${PHASES:-overhead clientcost enqueue depth drain fault outage fleet} "
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
@@ -56,7 +63,7 @@ log() { printf '== %s  load %s  %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1 /p
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
 	echo "uncommitted files: $(git status --porcelain -- .. 2>/dev/null | wc -l)"
 	echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "settings: COUNT=$COUNT SLOW_COUNT=$SLOW_COUNT OUTAGE=$OUTAGE DEPTHS=$DEPTHS PHASES=$PHASES"
+	echo "settings: COUNT=$COUNT SLOW_COUNT=$SLOW_COUNT OUTAGE=$OUTAGE DEPTHS=$DEPTHS FLEET_COUNT=$FLEET_COUNT FLEET_N=$FLEET_N PHASES=$PHASES"
 } | tee "$out/machine.txt"
 
 log "building"
@@ -129,6 +136,9 @@ if phase fleet; then
 	log "fleet store (PostgreSQL): $COUNT rounds of business transactions, $SLOW_COUNT of drains"
 	binary=pgqueue.test rounds "$COUNT" fleet.txt -test.bench '^BenchmarkBusinessTx$' -test.benchtime 1000x
 	binary=pgqueue.test rounds "$SLOW_COUNT" fleet.txt -test.bench '^BenchmarkFleetDrain$' -test.benchtime 3000x
+	log "fleet through latency proxies, River beside: $FLEET_COUNT rounds of $FLEET_N intents"
+	rounds "$FLEET_COUNT" fleet.txt -test.bench '^BenchmarkFleetTx$' -test.benchtime 100x
+	rounds "$FLEET_COUNT" fleet.txt -test.bench '^BenchmarkFleetLatency$' -test.benchtime "${FLEET_N}x"
 	grep -h 'SKIP\|skip' "$out/fleet.txt" | sort -u || true
 fi
 

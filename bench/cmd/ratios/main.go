@@ -170,7 +170,13 @@ const (
 	outage     = "BenchmarkOutage/fault=%s/client=%s"
 	businessTx = "BenchmarkBusinessTx"
 	fleetDrain = "BenchmarkFleetDrain/%s"
+	fleetLat   = "BenchmarkFleetLatency/latency=%s/impl=%s"
+	fleetTx    = "BenchmarkFleetTx/latency=%s"
 )
+
+// fleetLatencies are BenchmarkFleetLatency's settings: round trips to the
+// database and to the API.
+var fleetLatencies = []string{"none", "db1ms-api5ms", "db2ms-api20ms"}
 
 var clients = []string{"raw", "retryablehttp", "resty", "idem-do", "idem-transport"}
 
@@ -268,6 +274,7 @@ func report(w io.Writer, s samples) {
 	}
 	row("fleet: drain rate, postgres 1 replica / bbolt", fmt.Sprintf(fleetDrain, "postgres-1"), fmt.Sprintf(fleetDrain, "bbolt"), "intents/s", target{}, false)
 	row("fleet: drain rate, postgres 3 replicas / bbolt", fmt.Sprintf(fleetDrain, "postgres-3"), fmt.Sprintf(fleetDrain, "bbolt"), "intents/s", target{}, false)
+	fleetRows(tw, s, row)
 	tw.Flush()
 
 	fmt.Fprintln(w)
@@ -296,6 +303,37 @@ func report(w io.Writer, s samples) {
 		}
 	}
 	tw.Flush()
+}
+
+// fleetRows adds the ratios of BenchmarkFleetLatency and BenchmarkFleetTx
+// (issue 26): pgqueue beside the bbolt queue and River, at each latency.
+func fleetRows(tw io.Writer, s samples, row func(label, num, den, unit string, t target, invert bool)) {
+	const rate = "intents/s"
+	for _, l := range fleetLatencies {
+		at := func(impl string) string { return fmt.Sprintf(fleetLat, l, impl) }
+		one, three := at("postgres/replicas=1/lanes=200"), at("postgres/replicas=3/lanes=200")
+		vsBolt, scale := target{min: 0.8}, target{min: 2.7}
+		if l == "none" {
+			vsBolt, scale = target{min: 0.6}, target{}
+		}
+		row("fleet "+l+": pgqueue 1 replica / bbolt, drain rate, 200 lanes", one, at("bbolt/lanes=200"), rate, vsBolt, false)
+		row("fleet "+l+": pgqueue 3 replicas / 1, drain rate, 200 lanes", three, one, rate, scale, false)
+		row("fleet "+l+": pgqueue / River, 1 replica, a lane per intent", at("postgres/replicas=1/lanes=each"), at("river/replicas=1"), rate, target{min: 1}, false)
+		row("fleet "+l+": pgqueue / River, 3 replicas, a lane per intent", at("postgres/replicas=3/lanes=each"), at("river/replicas=3"), rate, target{}, false)
+		row("fleet "+l+": pgqueue 200 hot lanes / River, 1 replica", one, at("river/replicas=1"), rate, target{}, false)
+		tx := fmt.Sprintf(fleetTx, l)
+		if v, ok := s.rounds(tx, func(u []float64) float64 { return u[0] / u[1] }, "enqueue-us", "river-us"); ok {
+			t := target{max: 1}
+			fmt.Fprintf(tw, "fleet %s: business tx with EnqueueTx / with River InsertTx, time\t%.3fx\t%s\t%s\t%s us / %s us (plain %s us)\n",
+				l, v, t, t.verdict(v), med(s, tx, "enqueue-us"), med(s, tx, "river-us"), med(s, tx, "plain-us"))
+		} else {
+			fmt.Fprintf(tw, "fleet %s: business tx with EnqueueTx / with River InsertTx, time\tn/a\t<= 1.00\t\tmissing %s\n", l, short(tx))
+		}
+		if v, ok := s.rounds(tx, func(u []float64) float64 { return u[0] / u[1] }, "enqueue-batch-ms", "river-batch-ms"); ok {
+			fmt.Fprintf(tw, "fleet %s: batch tx, EnqueueManyTx / River InsertManyTx, time\t%.3fx\t\t\t%s ms / %s ms\n",
+				l, v, med(s, tx, "enqueue-batch-ms"), med(s, tx, "river-batch-ms"))
+		}
+	}
 }
 
 // depths lists the depths measured, shallowest first.

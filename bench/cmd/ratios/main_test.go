@@ -22,6 +22,12 @@ BenchmarkDrain/lanes=64-2     	     100	   1000 ns/op	  250000 intents/s
 BenchmarkBusinessTx-2   	    1000	   1264883 ns/op	       500.0 intent-us	       200.0 plain-us	         1.000 round-trips/op	       300.0 roundtrip-us
 BenchmarkFleetDrain/bbolt-2         	    3000	   1 ns/op	      2000 intents/s
 BenchmarkFleetDrain/postgres-1-2    	    3000	   2 ns/op	      1000 intents/s
+BenchmarkFleetLatency/latency=db1ms-api5ms/impl=bbolt/lanes=200-2	100	1 ns/op	400 intents/s
+BenchmarkFleetLatency/latency=db1ms-api5ms/impl=postgres/replicas=1/lanes=200-2	100	1 ns/op	100 intents/s
+BenchmarkFleetLatency/latency=db1ms-api5ms/impl=postgres/replicas=3/lanes=200-2	100	1 ns/op	300 intents/s
+BenchmarkFleetLatency/latency=db1ms-api5ms/impl=postgres/replicas=1/lanes=each-2	100	1 ns/op	90 intents/s
+BenchmarkFleetLatency/latency=db1ms-api5ms/impl=river/replicas=1-2	100	1 ns/op	180 intents/s
+BenchmarkFleetTx/latency=db1ms-api5ms-2	100	1 ns/op	2.0 enqueue-batch-ms	500 enqueue-us	200 plain-us	1.0 river-batch-ms	400 river-us
 PASS
 `
 
@@ -68,6 +74,13 @@ func TestReport(t *testing.T) {
 		{"fleet:", "business", "tx", "with", "intent", "/", "plain,", "time", "2.500x"},
 		{"fleet:", "drain", "rate,", "postgres", "1", "replica", "/", "bbolt", "0.500x"},
 		{"fleet:", "drain", "rate,", "postgres", "3", "replicas", "/", "bbolt", "n/a"},
+		{"fleet", "db1ms-api5ms:", "pgqueue", "1", "replica", "/", "bbolt,", "drain", "rate,", "200", "lanes", "0.250x", ">=", "0.80", "MISSED"},
+		{"fleet", "db1ms-api5ms:", "pgqueue", "3", "replicas", "/", "1,", "drain", "rate,", "200", "lanes", "3.000x", ">=", "2.70", "met"},
+		{"fleet", "db1ms-api5ms:", "pgqueue", "/", "River,", "1", "replica,", "a", "lane", "per", "intent", "0.500x", ">=", "1.00", "MISSED"},
+		{"fleet", "db1ms-api5ms:", "pgqueue", "200", "hot", "lanes", "/", "River,", "1", "replica", "0.556x"},
+		{"fleet", "db1ms-api5ms:", "business", "tx", "with", "EnqueueTx", "/", "with", "River", "InsertTx,", "time", "1.250x", "<=", "1.00", "MISSED"},
+		{"fleet", "db1ms-api5ms:", "batch", "tx,", "EnqueueManyTx", "/", "River", "InsertManyTx,", "time", "2.000x"},
+		{"fleet", "none:", "pgqueue", "1", "replica", "/", "bbolt,", "drain", "rate,", "200", "lanes", "n/a", ">=", "0.60"},
 	} {
 		found := false
 		for _, line := range strings.Split(out.String(), "\n") {
