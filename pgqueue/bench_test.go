@@ -35,14 +35,9 @@ import (
 func BenchmarkBusinessTx(b *testing.B) {
 	ctx := context.Background()
 	var statements atomic.Int64
-	cfg, err := pgxpool.ParseConfig(pgtest.DB(b))
-	require.NoError(b, err)
-	cfg.ConnConfig.Tracer = statementCounter{&statements}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(b, err)
-	b.Cleanup(pool.Close)
+	pool := countingPool(b, ctx, pgtest.DB(b), &statements)
 	require.NoError(b, pgqueue.Migrate(ctx, pool))
-	_, err = pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY, total int NOT NULL)")
+	_, err := pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY, total int NOT NULL)")
 	require.NoError(b, err)
 
 	const plain, roundTrip, intent = 0, 1, 2

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,12 +26,8 @@ func TestSteadyDrainStatements(t *testing.T) {
 	ctx := waitCtx(t)
 	producer := migrated(t)
 	var statements atomic.Int64
-	cfg, err := pgxpool.ParseConfig(producer.Config().ConnString())
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = statementCounter{&statements}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close) // after the queue's own cleanup, which releases its LISTEN connection
+	// Closed after the queue's own cleanup, which releases its LISTEN connection.
+	pool := countingPool(t, ctx, producer.Config().ConnString(), &statements)
 
 	var (
 		requests     atomic.Int64

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -119,12 +118,7 @@ func TestEnqueueManyTxInvalid(t *testing.T) {
 func TestEnqueueManyTxOneStatement(t *testing.T) {
 	ctx := waitCtx(t)
 	var statements atomic.Int64
-	cfg, err := pgxpool.ParseConfig(migrated(t).Config().ConnString())
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = statementCounter{&statements}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool := countingPool(t, ctx, migrated(t).Config().ConnString(), &statements)
 
 	ins := make([]*idem.Intent, 1000)
 	for i := range ins {

@@ -160,18 +160,26 @@ func (c statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pg
 
 func (statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// countingPool returns a pool on the database of conn whose statements
+// statements counts, closed when tb ends.
+func countingPool(tb testing.TB, ctx context.Context, conn string, statements *atomic.Int64) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(conn)
+	require.NoError(tb, err)
+	cfg.ConnConfig.Tracer = statementCounter{statements}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
 // TestEnqueueTxOneStatement: EnqueueTx adds one statement, one round trip,
 // to the caller's transaction; a supplied key already held costs a second,
 // the look at its holder.
 func TestEnqueueTxOneStatement(t *testing.T) {
 	ctx := waitCtx(t)
 	var statements atomic.Int64
-	cfg, err := pgxpool.ParseConfig(migrated(t).Config().ConnString())
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = statementCounter{&statements}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool := countingPool(t, ctx, migrated(t).Config().ConnString(), &statements)
 
 	sent := func(in *idem.Intent) int64 {
 		t.Helper()
