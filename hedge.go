@@ -78,9 +78,12 @@ type hedged struct {
 func (r *run) sendHedged(actx context.Context, req *http.Request, rec *wire.Recorder) (*http.Response, sent, error) {
 	results := make(chan hedged, 2) // each request's goroutine sends once and never blocks
 	var cancels [2]context.CancelFunc
+	// The goroutines capture the sender, not r: a closure that held r
+	// would move every run to the heap, hedged or not.
+	s := r.s
 	launch := func(i int, req *http.Request, rec *wire.Recorder) {
 		go func() {
-			resp, err := r.s.send(req)
+			resp, err := s.send(req)
 			results <- hedged{i: i, resp: resp, err: err, rec: rec}
 		}()
 	}
