@@ -254,17 +254,13 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 	if e != nil {
 		drain(resp)
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
-		if end != nil {
-			end(e.Outcome, e)
-		}
+		end(e.Outcome, e)
 		return nil, e
 	}
 	res := r.result()
 	res.Outcome, res.Replayed, res.Response = d.Outcome, replay.Replayed(ownAnswer(resp, r.method).Header), resp
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
-	if end != nil {
-		end(res.Outcome, nil)
-	}
+	end(res.Outcome, nil)
 	return res, nil
 }
 

@@ -144,17 +144,23 @@ type observer struct {
 }
 
 // startOperation calls the OnOperation hook, if any, for r, and returns the
-// operation's context and the hook's end.
+// operation's context and the end to call as it ends, never nil.
 func (o observer) startOperation(ctx context.Context, r *run) (context.Context, func(Outcome, error)) {
 	if o.onOperation == nil {
-		return ctx, nil
+		return ctx, noEnd
 	}
 	octx, end := o.onOperation(ctx, r.method, r.safeURL())
 	if octx == nil {
 		octx = ctx
 	}
+	if end == nil {
+		end = noEnd
+	}
 	return octx, end
 }
+
+// noEnd is the end of an operation no hook asked to hear of.
+func noEnd(Outcome, error) {}
 
 // reportAttempt records the latest attempt of r, once what follows it (action)
 // is known.

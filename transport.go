@@ -152,9 +152,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		t.settle(key, e.Outcome, changed, r.clock)
 		rep.fill(Report{Outcome: e.Outcome, Err: e, Attempts: e.Attempts}, prev, changed)
-		if end != nil {
-			end(e.Outcome, e)
-		}
+		end(e.Outcome, e)
 		return nil, e
 	}
 	out := d.Outcome
@@ -171,9 +169,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if isRedirect(resp.StatusCode) {
 		resp.Body = &hopBody{ReadCloser: resp.Body, hop: hop{outcome: out, inDoubt: r.inDoubt}}
 	}
-	if end != nil {
-		end(out, nil)
-	}
+	end(out, nil)
 	return resp, nil
 }
 
