@@ -50,18 +50,29 @@ func (s *intentSender) hooked() bool { return s.c.OnSend != nil }
 // hook calls OnSend and holds it to Authorize's rules: the header stays
 // valid and the key as request set it.
 func (s *intentSender) hook(req *http.Request) (*http.Request, error) {
-	name := keyHeaderName(s.c.KeyHeader)
-	key := anycase.Values(req.Header, name)
 	req = onSend(s.c.OnSend, req)
 	if err := checkRequestHeader(req.Header, true); err != nil {
 		return req, fmt.Errorf("idem: OnSend: %w", err)
 	}
-	if len(key) == 1 {
-		if err := checkKeyKept(req.Header, name, key[0]); err != nil {
+	if name, key := s.keyField(); key != "" {
+		if err := checkKeyKept(req.Header, name, key); err != nil {
 			return req, fmt.Errorf("idem: OnSend: %w", err)
 		}
 	}
 	return req, nil
+}
+
+// keyField returns the key header's name and the value every attempt
+// carries: "" for an intent without key.
+func (s *intentSender) keyField() (name, value string) {
+	name = keyHeaderName(s.c.KeyHeader)
+	if s.in.key == "" {
+		return name, ""
+	}
+	if s.c.KeySFString {
+		return name, `"` + s.in.key + `"`
+	}
+	return name, s.in.key
 }
 
 func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
@@ -86,12 +97,8 @@ func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 		// does for NewRequest's bodies.
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
-	name, key := keyHeaderName(c.KeyHeader), ""
-	if in.key != "" {
-		key = in.key
-		if c.KeySFString {
-			key = `"` + key + `"`
-		}
+	name, key := s.keyField()
+	if key != "" {
 		req.Header[name] = []string{key}
 	}
 	if c.Authorize != nil {
