@@ -129,9 +129,7 @@ type AttemptInfo struct {
 // attemptInfo describes r's latest attempt, followed by action, to a hook.
 func (r *run) attemptInfo(action Action) AttemptInfo {
 	shown := r.latest
-	if shown.Err != nil {
-		shown.Err = redacted{shown.Err}
-	}
+	shown.Err = redact.Wrap(shown.Err)
 	return AttemptInfo{Method: r.method, URL: r.safeURL(), N: r.n, Attempt: shown, Action: action, Keyed: r.hasKey}
 }
 
@@ -258,10 +256,3 @@ func (r *run) httpAttrs(resends int) []slog.Attr {
 	}
 	return as
 }
-
-// redacted shows an error without the request URL, keeping it for
-// errors.Is and errors.As.
-type redacted struct{ err error }
-
-func (r redacted) Error() string { return redact.Error(r.err) }
-func (r redacted) Unwrap() error { return r.err }

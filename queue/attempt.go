@@ -260,21 +260,12 @@ func (q *Queue) vetoed(ctx context.Context, r *Record, step *idem.Step) bool {
 		return false
 	}
 	a := step.Attempt
-	if a.Err != nil {
-		a.Err = redactedErr{a.Err}
-	}
+	a.Err = redact.Wrap(a.Err)
 	return veto(ctx, idem.AttemptInfo{
 		Method: r.Intent.Method(), URL: redact.RawURL(r.Intent.URL()), N: step.N,
 		Attempt: a, Action: idem.ActionRetry, Keyed: r.Intent.Key() != "",
 	})
 }
-
-// redactedErr shows an error without the request URL, keeping it for
-// errors.Is and errors.As.
-type redactedErr struct{ err error }
-
-func (e redactedErr) Error() string { return redact.Error(e.err) }
-func (e redactedErr) Unwrap() error { return e.err }
 
 // unauthorized handles a 401, the attempt step: one more attempt at once
 // with fresh credentials, then the lane is held and reported, its records

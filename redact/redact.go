@@ -46,3 +46,18 @@ func Error(err error) string {
 	}
 	return err.Error()
 }
+
+// Wrap returns err shown as Error shows it, without the request URL, and
+// unwrapping to err, so that errors.Is and errors.As still see it; nil for
+// a nil err.
+func Wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrapped{err}
+}
+
+type wrapped struct{ err error }
+
+func (w wrapped) Error() string { return Error(w.err) }
+func (w wrapped) Unwrap() error { return w.err }

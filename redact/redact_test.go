@@ -37,3 +37,13 @@ func TestError(t *testing.T) {
 	assert.Equal(t, "unexpected EOF", Error(fmt.Errorf("wrapped: %w", err)))
 	assert.Equal(t, "plain", Error(errors.New("plain")))
 }
+
+func TestWrap(t *testing.T) {
+	err := &url.Error{Op: "Post", URL: "https://h/p?token=s3cret", Err: io.ErrUnexpectedEOF}
+	w := Wrap(err)
+	assert.Equal(t, "unexpected EOF", w.Error())
+	assert.ErrorIs(t, w, io.ErrUnexpectedEOF)
+	var ue *url.Error
+	assert.ErrorAs(t, w, &ue)
+	assert.NoError(t, Wrap(nil))
+}
