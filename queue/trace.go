@@ -49,6 +49,12 @@ const (
 	maxTraceValue   = 512
 )
 
+// traceEntryFits reports whether a trace entry is within the bounds: a
+// name of 1 to maxTraceName bytes, a value of at most maxTraceValue.
+func traceEntryFits(k, v string) bool {
+	return k != "" && len(k) <= maxTraceName && len(v) <= maxTraceValue
+}
+
 // BoundTrace returns a copy of m within the bounds a Record's Trace keeps,
 // as Queue.Enqueue stores what Options.Tracer's Inject returns: entries
 // with an empty name, a name over 64 bytes or a value over 512 bytes are
@@ -61,7 +67,7 @@ func BoundTrace(m map[string]string) map[string]string {
 	n := 0
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v := m[k]
-		if k == "" || len(k) > maxTraceName || len(v) > maxTraceValue {
+		if !traceEntryFits(k, v) {
 			continue
 		}
 		if out == nil {
@@ -94,7 +100,7 @@ func appendTrace(b []byte, t map[string]string) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(t)))
 	for _, k := range slices.Sorted(maps.Keys(t)) {
 		v := t[k]
-		if k == "" || len(k) > maxTraceName || len(v) > maxTraceValue {
+		if !traceEntryFits(k, v) {
 			return nil, fmt.Errorf("queue: record trace entry %.64q: empty name, or name or value too long (limits %d and %d bytes)", k, maxTraceName, maxTraceValue)
 		}
 		b = binenc.Append(binenc.Append(b, k), v)
