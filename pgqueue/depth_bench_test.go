@@ -35,7 +35,7 @@ func BenchmarkDepth(b *testing.B) {
 				require.NoError(b, err)
 				_, err = st.Insert(context.Background(), r, 0)
 				require.NoError(b, err)
-				lane, ok, _, err := st.TakeDue(context.Background(), time.Time{})
+				lane, ok, _, err := takeOne(st)
 				require.NoError(b, err)
 				require.True(b, ok)
 				h, _, err := st.Head(context.Background(), lane)

@@ -13,11 +13,13 @@ import (
 	"github.com/idem-go/idem/queue"
 )
 
-// TakeDue takes the lane that fell due first and is held by no live lease,
-// skipping lanes whose rows others have locked and lanes a worker of this
-// store holds until SetNext gives them back, and writes a fresh lease token
-// into it. With no lane to take it says how long until the next one is due.
-// Every call also measures the database's clock (see Clock).
+// TakeDue takes up to n lanes that fell due, the first due first, held by
+// no live lease, skipping lanes whose rows others have locked and lanes a
+// worker of this store holds until SetNext gives them back, and writes a
+// fresh lease token into them. The same statement reads each lane's head
+// and the record after it, which Head then returns without a round trip
+// of its own. With no lane to take it says how long until the next one is
+// due. Every call also measures the database's clock (see Clock).
 //
 // A lane whose lease ran out while a worker of this store still works on it
 // is left to the other replicas: the store keeps one token per lane, and a
@@ -29,55 +31,113 @@ import (
 // (ErrTablesNewer): the version is read in the statement that takes, so
 // from the commit of a newer replica's migration on, which may change how
 // lanes are ordered, this replica drains nothing more.
-func (st *store) TakeDue(ctx context.Context, _ time.Time) (string, bool, time.Duration, error) {
+func (st *store) TakeDue(ctx context.Context, _ time.Time, n int) ([]string, time.Duration, error) {
 	token := uuid.New()
 	busy := st.busy()
 	var (
-		name    *string
 		next    *time.Time
 		db      time.Time
 		version int
+		rows    []takenRow
 		sent    = time.Now()
 		leaseUS = st.lease.Microseconds()
 	)
 	err := retry(ctx, func() error {
 		octx, cancel := st.op(ctx)
 		defer cancel()
-		return st.pool.QueryRow(octx, `WITH v AS (
-				SELECT coalesce(max(version), 0) AS version FROM idem_queue_migrations
-			), c AS (
-				SELECT name FROM idem_queue_lanes
-				WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now()) AND name <> ALL($3)
-					AND (SELECT version FROM v) <= $4
-				ORDER BY next_at LIMIT 1 FOR UPDATE SKIP LOCKED
-			), t AS (
-				UPDATE idem_queue_lanes l SET owner = $1, lease_until = now() + $2 * interval '1 microsecond'
-				FROM c WHERE l.name = c.name RETURNING l.name
-			)
-			SELECT (SELECT name FROM t),
-				(SELECT next_at FROM idem_queue_lanes
-					WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at < 'infinity'
-					ORDER BY next_at LIMIT 1),
-				clock_timestamp(), (SELECT version FROM v)`, token, leaseUS, busy, st.known).Scan(&name, &next, &db, &version)
+		rows = rows[:0]
+		rs, err := st.pool.Query(octx, takeDueSQL, token, leaseUS, busy, st.known, max(n, 1))
+		if err != nil {
+			return err
+		}
+		for rs.Next() {
+			var t takenRow
+			if err := rs.Scan(&next, &db, &version, &t.name, &t.tail, &t.head.id, &t.head.enqueued, &t.head.data,
+				&t.head.next.id, &t.head.next.enqueued, &t.head.next.data, &t.head.next.xmin); err != nil {
+				rs.Close()
+				return err
+			}
+			if t.name != nil && t.tail != nil {
+				t.head.tail = *t.tail
+				rows = append(rows, t)
+			}
+		}
+		return rs.Err()
 	})
 	if err != nil {
-		return "", false, 0, st.wrap(ctx, err)
+		return nil, 0, st.wrap(ctx, err)
 	}
 	st.measure(sent, time.Now(), db)
 	if version > st.known {
-		return "", false, 0, st.tooNew(version)
+		return nil, 0, st.tooNew(version)
 	}
-	if name == nil {
+	if len(rows) == 0 {
 		var wait time.Duration
 		if next != nil {
 			wait = max(next.Sub(db), time.Millisecond)
 		}
-		return "", false, wait, nil
+		return nil, wait, nil
 	}
+	lanes := make([]string, len(rows))
 	st.mu.Lock()
-	st.owned[*name] = taken{token: token}
+	for i, t := range rows {
+		lanes[i] = *t.name
+		st.owned[*t.name] = taken{token: token, read: &t.head}
+	}
 	st.mu.Unlock()
-	return *name, true, 0, nil
+	return lanes, 0, nil
+}
+
+// takeDueSQL takes up to $5 due lanes for token $1 (see TakeDue) and reads,
+// from the statement's snapshot, each one's tail, head and the record after
+// the head: one row a lane taken, in due order, or one row of NULL lane
+// columns for none. Every row also gives the next time a lane falls due,
+// the database's clock and the tables' version.
+const takeDueSQL = `WITH v AS (
+		SELECT coalesce(max(version), 0) AS version FROM idem_queue_migrations
+	), c AS (
+		SELECT name FROM idem_queue_lanes
+		WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now()) AND name <> ALL($3)
+			AND (SELECT version FROM v) <= $4
+		ORDER BY next_at LIMIT $5 FOR UPDATE SKIP LOCKED
+	), t AS (
+		UPDATE idem_queue_lanes l SET owner = $1, lease_until = now() + $2 * interval '1 microsecond'
+		FROM c WHERE l.name = c.name RETURNING l.name, l.next_at
+	), s AS (
+		SELECT (SELECT next_at FROM idem_queue_lanes
+				WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at < 'infinity'
+				ORDER BY next_at LIMIT 1) AS next,
+			clock_timestamp() AS db, (SELECT version FROM v) AS version
+	)
+	SELECT s.next, s.db, s.version, t.name,
+		(SELECT tail FROM idem_queue_lanes x WHERE x.name = t.name),
+		r.id, r.enqueued_at, r.record, n.id, n.enqueued_at, n.record, n.xmin::text
+	FROM s LEFT JOIN t ON true
+	LEFT JOIN LATERAL (
+		SELECT id, enqueued_at, record FROM idem_queue_records
+		WHERE lane = t.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
+	) r ON true
+	LEFT JOIN LATERAL (
+		SELECT id, enqueued_at, record, xmin FROM idem_queue_records
+		WHERE lane = t.name AND state <= 2 AND id <> r.id ORDER BY coalesce(pos, id) LIMIT 1
+	) n ON true
+	ORDER BY t.next_at`
+
+// takenRow is a row of takeDueSQL: a lane taken and its head as read.
+type takenRow struct {
+	name *string
+	tail *int64
+	head headRow
+}
+
+// headRow is a lane's tail, head and the record after the head, read from
+// one snapshot: all but tail NULL for an empty lane.
+type headRow struct {
+	tail     int64
+	id       *int64
+	enqueued *time.Time
+	data     []byte
+	next     nextRow
 }
 
 // busy returns the lanes the workers of this store hold.
@@ -156,8 +216,9 @@ func (st *store) quarantine(ctx context.Context, lane string, head *queue.Record
 	return q, nil
 }
 
-// head reads the first unsettled record of a lane this replica holds. For a
-// record that does not decode it returns the record's ID alone in r, its
+// head reads the first unsettled record of a lane this replica holds: as
+// TakeDue read it, the first time after the take, else from the tables. For
+// a record that does not decode it returns the record's ID alone in r, its
 // stored bytes in data, and the decoding error, wrapping queue.ErrDamaged.
 // Tables newer than this build knows give ErrTablesNewer: the head it
 // would find by its own rules may not be the lane's (see TakeDue).
@@ -166,54 +227,53 @@ func (st *store) head(ctx context.Context, lane string) (r *queue.Record, data [
 	if !ok {
 		return nil, nil, nil
 	}
-	octx, cancel := st.op(ctx)
-	defer cancel()
-	var (
-		tail     int64
-		id       *int64
-		enqueued *time.Time
-		version  int
-		next     nextRow
-	)
-	// The record after the head comes too, for SettleLeaseNext to lease
-	// with the head's settle.
-	err = st.pool.QueryRow(octx, `SELECT l.tail, r.id, r.enqueued_at, r.record,
-			(SELECT coalesce(max(version), 0) FROM idem_queue_migrations),
-			n.id, n.enqueued_at, n.record, n.xmin::text FROM idem_queue_lanes l
-		LEFT JOIN LATERAL (
-			SELECT id, enqueued_at, record FROM idem_queue_records
-			WHERE lane = l.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
-		) r ON true
-		LEFT JOIN LATERAL (
-			SELECT id, enqueued_at, record, xmin FROM idem_queue_records
-			WHERE lane = l.name AND state <= 2 AND id <> r.id ORDER BY coalesce(pos, id) LIMIT 1
-		) n ON true
-		WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&tail, &id, &enqueued, &data, &version,
-		&next.id, &next.enqueued, &next.data, &next.xmin)
-	if errors.Is(err, pgx.ErrNoRows) { // taken over: not this replica's lane now
-		return nil, nil, nil
+	h := t.read
+	t.read = nil // read once: the lane may have moved on since
+	if h == nil {
+		h = new(headRow)
+		var version int
+		octx, cancel := st.op(ctx)
+		defer cancel()
+		// The record after the head comes too, for SettleLeaseNext to lease
+		// with the head's settle.
+		err = st.pool.QueryRow(octx, `SELECT l.tail, r.id, r.enqueued_at, r.record,
+				(SELECT coalesce(max(version), 0) FROM idem_queue_migrations),
+				n.id, n.enqueued_at, n.record, n.xmin::text FROM idem_queue_lanes l
+			LEFT JOIN LATERAL (
+				SELECT id, enqueued_at, record FROM idem_queue_records
+				WHERE lane = l.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
+			) r ON true
+			LEFT JOIN LATERAL (
+				SELECT id, enqueued_at, record, xmin FROM idem_queue_records
+				WHERE lane = l.name AND state <= 2 AND id <> r.id ORDER BY coalesce(pos, id) LIMIT 1
+			) n ON true
+			WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&h.tail, &h.id, &h.enqueued, &h.data, &version,
+			&h.next.id, &h.next.enqueued, &h.next.data, &h.next.xmin)
+		if errors.Is(err, pgx.ErrNoRows) { // taken over: not this replica's lane now
+			return nil, nil, nil
+		}
+		if err != nil {
+			return nil, nil, st.wrap(ctx, err)
+		}
+		if version > st.known {
+			return nil, nil, st.tooNew(version)
+		}
 	}
-	if err != nil {
-		return nil, nil, st.wrap(ctx, err)
-	}
-	if version > st.known {
-		return nil, nil, st.tooNew(version)
-	}
-	t.tail, t.empty, t.ahead = tail, id == nil, nil
-	if id != nil {
-		t.ahead = next.ahead(*id)
+	t.tail, t.empty, t.ahead = h.tail, h.id == nil, nil
+	if h.id != nil {
+		t.ahead = h.next.ahead(*h.id)
 	}
 	st.mu.Lock()
 	st.owned[lane] = t
 	st.mu.Unlock()
-	if id == nil {
+	if h.id == nil {
 		return nil, nil, nil
 	}
 	r = new(queue.Record)
-	if err := r.UnmarshalBinary(data); err != nil {
-		return &queue.Record{ID: queue.ID(*id), EnqueuedAt: *enqueued}, data, err
+	if err := r.UnmarshalBinary(h.data); err != nil {
+		return &queue.Record{ID: queue.ID(*h.id), EnqueuedAt: *h.enqueued}, h.data, err
 	}
-	r.ID, r.EnqueuedAt = queue.ID(*id), *enqueued
+	r.ID, r.EnqueuedAt = queue.ID(*h.id), *h.enqueued
 	return r, nil, nil
 }
 
@@ -285,6 +345,9 @@ func (st *store) SetNext(ctx context.Context, lane string, next time.Time) error
 		return nil
 	}
 	defer st.release(lane)
+	if t.gone {
+		return nil
+	}
 	_, err := st.exec(ctx, `UPDATE idem_queue_lanes
 		SET next_at = CASE WHEN $3 AND tail = $4 THEN 'infinity'::timestamptz ELSE $5::timestamptz END, owner = NULL, lease_until = NULL
 		WHERE name = $1 AND owner = $2`, lane, t.token, t.empty, t.tail, next)

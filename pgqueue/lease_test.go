@@ -31,7 +31,7 @@ func TestOneWorkerPerLaneInAReplica(t *testing.T) {
 	enqueue(t, st, "acct-2")
 	expire(t, pool)
 
-	lane, ok, _, err := st.TakeDue(context.Background(), time.Time{}) // worker B
+	lane, ok, _, err := takeOne(st) // worker B
 	require.NoError(t, err)
 	require.True(t, ok, "worker B finds no lane: acct-2 is due")
 	assert.Equal(t, "acct-2", lane, "worker B took the lane worker A of its replica still holds")

@@ -61,10 +61,16 @@ type taken struct {
 	// ahead is the lane's record after the one being worked on, as last
 	// read, for SettleLeaseNext to lease; nil if none was read.
 	ahead *ahead
+	// read is the lane's head as TakeDue read it, for Head's first call.
+	read *headRow
+	// gone says the lane was given back to the tables with its last
+	// settle (see settleRelease): SetNext has nothing to write.
+	gone bool
 }
 
 // ahead is a lane's record read ahead of its turn: the one after the
-// record follows, as the row stood at xmin, its version.
+// record follows, as the row stood at xmin, its version; id 0 when none
+// followed it as read.
 type ahead struct {
 	follows  int64
 	id       int64

@@ -53,7 +53,7 @@ func enqueue(t *testing.T, st *store, lane string) queue.ID {
 // nil for an empty lane.
 func takeHead(t *testing.T, st *store, lane string) *queue.Record {
 	t.Helper()
-	got, ok, _, err := st.TakeDue(context.Background(), time.Time{})
+	got, ok, _, err := takeOne(st)
 	require.NoError(t, err)
 	require.True(t, ok, "no lane due")
 	require.Equal(t, lane, got)
@@ -108,7 +108,7 @@ func TestTakeoverFencesTheStaleOwner(t *testing.T) {
 	r.State, r.NumAttempts, r.FirstSentAt = queue.InFlight, 1, a.now()
 	require.NoError(t, a.Put(context.Background(), queue.Pending, r))
 
-	_, ok, _, err := b.TakeDue(context.Background(), time.Time{})
+	_, ok, _, err := takeOne(b)
 	require.NoError(t, err)
 	assert.False(t, ok, "a live lease must keep the lane from another replica")
 
@@ -163,7 +163,7 @@ func TestEmptyLaneParksAndRevives(t *testing.T) {
 	settle(t, st, take(t, st, "acct-1"))
 	park(t, st, "acct-1")
 
-	got, ok, wait, err := st.TakeDue(context.Background(), time.Time{})
+	got, ok, wait, err := takeOne(st)
 	require.NoError(t, err)
 	require.False(t, ok, "took %q", got)
 	assert.Zero(t, wait, "a parked lane is not due at any time")
@@ -238,7 +238,7 @@ func TestDamagedHeadQuarantined(t *testing.T) {
 		WHERE id = $1`, int64(damaged)) // the checksum's last byte
 	require.NoError(t, err)
 
-	lane, ok, _, err := st.TakeDue(context.Background(), time.Time{})
+	lane, ok, _, err := takeOne(st)
 	require.NoError(t, err)
 	require.True(t, ok)
 	h, quarantined, err := st.Head(context.Background(), lane)
@@ -263,7 +263,7 @@ func TestDamagedHeadQuarantined(t *testing.T) {
 	require.NoError(t, err)
 	var before []byte
 	require.NoError(t, pool.QueryRow(ctx, "SELECT record FROM idem_queue_records WHERE id = $1", int64(newer)).Scan(&before))
-	lane, ok, _, err = st.TakeDue(context.Background(), time.Time{})
+	lane, ok, _, err = takeOne(st)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, "upgraded", lane)
@@ -275,4 +275,14 @@ func TestDamagedHeadQuarantined(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT record, state FROM idem_queue_records WHERE id = $1", int64(newer)).Scan(&after, &state))
 	assert.Equal(t, before, after, "a newer record is left for a newer replica")
 	assert.EqualValues(t, queue.Pending, state)
+}
+
+// takeOne takes one due lane of st, as a Queue with one free worker does:
+// the lane and whether one was taken, or how long until one is due.
+func takeOne(st queue.Store) (string, bool, time.Duration, error) {
+	lanes, wait, err := st.TakeDue(context.Background(), time.Time{}, 1)
+	if err != nil || len(lanes) == 0 {
+		return "", false, wait, err
+	}
+	return lanes[0], true, 0, nil
 }

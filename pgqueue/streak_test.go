@@ -3,6 +3,9 @@ package pgqueue
 import (
 	"context"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -93,4 +96,84 @@ func TestSettleLeaseNextFenced(t *testing.T) {
 	assert.Nil(t, n, "a record changed since it was read ahead is not leased")
 	assert.Equal(t, queue.Done, state(t, st, first))
 	assert.Equal(t, queue.Pending, state(t, st, second))
+}
+
+// nextAt reads when lane is next due, as the tables say: "infinity" for a
+// parked lane, "owned" for one a replica holds.
+func nextAt(t *testing.T, pool *pgxpool.Pool, lane string) string {
+	t.Helper()
+	var s string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT CASE WHEN owner IS NOT NULL THEN 'owned'
+		WHEN next_at = 'infinity' THEN 'infinity' ELSE 'due' END FROM idem_queue_lanes WHERE name = $1`, lane).Scan(&s))
+	return s
+}
+
+// TestSettleGivesTheLaneBack: the settle of a lane's last record, as read,
+// gives the lane back in the same statement: parked when nothing came
+// since, due when a record did. The lane stays out of its store's TakeDue
+// until SetNext, so that no other worker of the store takes it while the
+// one that settled still holds it; another replica may take it at once.
+func TestSettleGivesTheLaneBack(t *testing.T) {
+	pool := testPool(t)
+	st, other := replica(t, pool, Options{}), replica(t, pool, Options{})
+	first := enqueue(t, st, "acct-1")
+
+	r := leaseHead(t, st, "acct-1")
+	done(st, r)
+	n, err := st.SettleLeaseNext(context.Background(), r, accept)
+	require.NoError(t, err)
+	require.Nil(t, n)
+	assert.Equal(t, queue.Done, state(t, st, first))
+	assert.Equal(t, "infinity", nextAt(t, pool, "acct-1"), "the empty lane is parked by the settle")
+	require.NoError(t, st.SetNext(context.Background(), "acct-1", time.Time{}))
+	assert.Equal(t, "infinity", nextAt(t, pool, "acct-1"), "SetNext after the settle writes nothing")
+
+	second := enqueue(t, st, "acct-1")
+	r = leaseHead(t, st, "acct-1")
+	require.Equal(t, second, r.ID)
+	third := enqueue(t, other, "acct-1") // after the head's read: not read ahead
+	done(st, r)
+	n, err = st.SettleLeaseNext(context.Background(), r, accept)
+	require.NoError(t, err)
+	require.Nil(t, n)
+	assert.Equal(t, "due", nextAt(t, pool, "acct-1"), "a record came after the read: the lane stays due")
+
+	lane, ok, _, err := takeOne(st)
+	require.NoError(t, err)
+	assert.False(t, ok, "the store took %q, which its worker still holds", lane)
+	assert.Equal(t, third, take(t, other, "acct-1").ID, "another replica takes the lane given back")
+	require.NoError(t, st.SetNext(context.Background(), "acct-1", time.Time{}))
+	assert.Equal(t, "owned", nextAt(t, pool, "acct-1"), "the first worker's SetNext must not free the other replica's lane")
+}
+
+// TestTakeDueSeveral: one TakeDue takes up to n due lanes, the first due
+// first, each with its head read, and skips the lanes its store's workers
+// hold.
+func TestTakeDueSeveral(t *testing.T) {
+	pool := testPool(t)
+	st := replica(t, pool, Options{})
+	ids := map[string]queue.ID{}
+	for _, l := range []string{"a", "b", "c"} {
+		ids[l] = enqueue(t, st, l)
+	}
+	_, err := pool.Exec(context.Background(), `UPDATE idem_queue_lanes SET next_at = now() - interval '1 minute' *
+		CASE name WHEN 'c' THEN 3 WHEN 'a' THEN 2 ELSE 1 END`)
+	require.NoError(t, err)
+
+	lanes, _, err := st.TakeDue(context.Background(), time.Time{}, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c", "a"}, lanes, "the first due first")
+	lanes, _, err = st.TakeDue(context.Background(), time.Time{}, 5)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b"}, lanes)
+	lanes, wait, err := st.TakeDue(context.Background(), time.Time{}, 5)
+	require.NoError(t, err)
+	assert.Empty(t, lanes)
+	assert.Zero(t, wait)
+	for l, id := range ids {
+		r, _, err := st.Head(context.Background(), l)
+		require.NoError(t, err)
+		require.NotNil(t, r, "lane %s", l)
+		assert.Equal(t, id, r.ID)
+	}
 }

@@ -101,21 +101,25 @@ func (h *laneHeap) due(now time.Time) (*lane, time.Duration, bool) {
 	return heap.Pop(h).(*lane), 0, true
 }
 
-// TakeDue takes the lane whose head is due first for a worker, if one is due
-// at now (got); otherwise it says how long until one is (0: none waits).
-// It does no I/O: the schedule is in memory.
-func (st *boltStore) TakeDue(_ context.Context, now time.Time) (name string, got bool, wait time.Duration, err error) {
+// TakeDue takes up to n lanes whose heads are due at now for workers, the
+// first due first; with none due it says how long until one is (0: none
+// waits). It does no I/O: the schedule is in memory.
+func (st *boltStore) TakeDue(_ context.Context, now time.Time, n int) (lanes []string, wait time.Duration, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	l, wait, ok := st.ready.due(now)
-	switch {
-	case l != nil:
-		l.busy = true
-		return l.name, true, 0, nil
-	case !ok:
-		wait = 0
+	for len(lanes) < max(n, 1) {
+		l, d, ok := st.ready.due(now)
+		switch {
+		case l != nil:
+			l.busy = true
+			lanes = append(lanes, l.name)
+			continue
+		case len(lanes) == 0 && ok:
+			wait = d
+		}
+		break
 	}
-	return "", false, wait, nil
+	return lanes, wait, nil
 }
 
 // SetNext sets when the head of the lane called name, which a worker holds,

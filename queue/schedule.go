@@ -100,8 +100,8 @@ func (q *Queue) Run(ctx context.Context) error {
 				q.report(err)
 			}
 		}
-		l, got, wait := q.dispatch(now, free)
-		if got {
+		lanes, wait := q.dispatch(now, free)
+		for _, l := range lanes {
 			free--
 			q.draining.Add(1)
 			go func() {
@@ -109,6 +109,8 @@ func (q *Queue) Run(ctx context.Context) error {
 				q.work(ctx, l)
 				done <- struct{}{}
 			}()
+		}
+		if len(lanes) > 0 {
 			continue
 		}
 		q.sig.idle.signal(idlePass{now: now, free: free})
@@ -125,53 +127,59 @@ func (q *Queue) Run(ctx context.Context) error {
 	}
 }
 
-// dispatch picks a due lane for a free worker (got), or says how long to
-// wait. TakeDue runs without Queue.mu, which a store that waits on its
-// disk or network would hold from every other caller.
-func (q *Queue) dispatch(now time.Time, free int) (string, bool, time.Duration) {
+// dispatch takes due lanes for the free workers, or says how long to wait.
+// Offline, it takes one, the probe. TakeDue runs without Queue.mu, which a
+// store that waits on its disk or network would hold from every other
+// caller.
+func (q *Queue) dispatch(now time.Time, free int) ([]string, time.Duration) {
 	wait := q.opts.idle
 	if free == 0 {
-		return "", false, wait
+		return nil, wait
 	}
-	if d, ok := q.offlineWait(now); !ok {
-		return "", false, d
+	d, ok, offline := q.offlineWait(now)
+	if !ok {
+		return nil, d
 	}
-	l, got, d, err := q.st.TakeDue(q.drainCtx, now)
+	n := free
+	if offline {
+		n = 1
+	}
+	lanes, d, err := q.st.TakeDue(q.drainCtx, now, n)
 	if err != nil {
 		q.report(err)
-		return "", false, wait
+		return nil, wait
 	}
-	if !got {
+	if len(lanes) == 0 {
 		if d > 0 {
 			wait = d
 		}
-		return "", false, wait
+		return nil, wait
 	}
 	q.mu.Lock()
-	if q.offline.on { // also if offline began during TakeDue: this lane is the probe
+	if q.offline.on { // also if offline began during TakeDue: these lanes probe
 		q.offline.probing = true
 	}
 	q.mu.Unlock()
-	return l, true, 0
+	return lanes, 0
 }
 
 // offlineWait says whether the drainer may take a lane now (ok), or how
-// long it waits first: while offline, one probe at a time, when its delay
-// is up.
-func (q *Queue) offlineWait(now time.Time) (time.Duration, bool) {
+// long it waits first, and whether the queue is offline: then it sends one
+// probe at a time, when its delay is up.
+func (q *Queue) offlineWait(now time.Time) (wait time.Duration, ok, offline bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	o := &q.offline
 	switch {
 	case !o.on:
-		return 0, true
+		return 0, true, false
 	case o.probing:
-		return q.opts.idle, false
+		return q.opts.idle, false, true
 	}
 	if d := o.until.Sub(now); d > 0 {
-		return d, false
+		return d, false, true
 	}
-	return 0, true
+	return 0, true, true
 }
 
 // work makes at most one attempt for the head of lane l, or settles it

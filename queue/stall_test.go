@@ -67,11 +67,11 @@ func (s *stallStore) contexts(m string) []context.Context {
 // unstall lets every stalled call go on; it may be called more than once.
 func (s *stallStore) unstall() { s.once.Do(func() { close(s.release) }) }
 
-func (s *stallStore) TakeDue(ctx context.Context, now time.Time) (string, bool, time.Duration, error) {
+func (s *stallStore) TakeDue(ctx context.Context, now time.Time, n int) ([]string, time.Duration, error) {
 	if err := s.stall(ctx, "TakeDue"); err != nil {
-		return "", false, 0, err
+		return nil, 0, err
 	}
-	return s.Store.TakeDue(ctx, now)
+	return s.Store.TakeDue(ctx, now, n)
 }
 
 // Schedule stalls as "Wake" for WakeLanes, "Rejudge" for RejudgeLanes.

@@ -74,12 +74,14 @@ type Store interface {
 	// ErrNotFound if there is none.
 	Discard(ctx context.Context, id ID) error
 
-	// TakeDue takes the lane whose head is due first at now for a worker of
-	// this Queue (got), or says how long until one is due; wait is 0 when
-	// none waits. A lane is taken by one worker at a time, in every process
+	// TakeDue takes up to n (at least 1) lanes whose heads are due at now,
+	// the first due first, one for each of n free workers of this Queue;
+	// with none taken it says how long until one is due, wait 0 when none
+	// waits. A lane is taken by one worker at a time, in every process
 	// sharing the store, and a lane this Queue's worker holds is not taken
-	// again until SetNext gives it back.
-	TakeDue(ctx context.Context, now time.Time) (lane string, got bool, wait time.Duration, err error)
+	// again until SetNext gives it back. Taking several at once spares a
+	// store on a network a round trip per lane.
+	TakeDue(ctx context.Context, now time.Time, n int) (lanes []string, wait time.Duration, err error)
 	// Head returns the first unsettled record of a taken lane, in the
 	// lane's order, or nil for none, and the damaged records it
 	// quarantined on the way (see Quarantined), for the Queue to report.

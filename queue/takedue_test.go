@@ -1,0 +1,91 @@
+package queue
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem"
+)
+
+// takeLog is a store that records what each TakeDue asked for and got.
+type takeLog struct {
+	Store
+	mu    sync.Mutex
+	calls [][2]int // n, lanes taken
+}
+
+func (s *takeLog) TakeDue(ctx context.Context, now time.Time, n int) ([]string, time.Duration, error) {
+	lanes, wait, err := s.Store.TakeDue(ctx, now, n)
+	s.mu.Lock()
+	s.calls = append(s.calls, [2]int{n, len(lanes)})
+	s.mu.Unlock()
+	return lanes, wait, err
+}
+
+// TestDispatchTakesSeveralLanes: with four workers free and four lanes due,
+// one TakeDue takes the four, so that a store on a network pays one round
+// trip for them, not four.
+func TestDispatchTakesSeveralLanes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) }))
+	t.Cleanup(srv.Close)
+	opts := Options{idle: 5 * time.Millisecond, rand: func() float64 { return 0.5 }, Workers: 4, Client: &idem.Client{}}
+	o, err := opts.withDefaults()
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "q.db")
+	lf, err := lock(path, o)
+	require.NoError(t, err)
+	bs, err := openBolt(path, o, lf)
+	require.NoError(t, err)
+	st := &takeLog{Store: bs}
+	q, err := New(st, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { q.Close() })
+	ctx := waitCtx(t)
+	var ids []ID
+	for i, l := range []string{"a", "b", "c", "d"} {
+		id, err := q.Enqueue(ctx, post(t, srv.URL, i, idem.WithLane(l)))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	run(t, q)
+	for _, id := range ids {
+		r, err := q.Wait(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, Done, r.State)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.NotEmpty(t, st.calls)
+	assert.Equal(t, [2]int{4, 4}, st.calls[0], "the first TakeDue: asked for the 4 free workers, took the 4 due lanes")
+}
+
+// TestBoltTakeDueSeveral: the bbolt store takes up to n due lanes, the
+// first due first, and says how long until the next when none is due.
+func TestBoltTakeDueSeveral(t *testing.T) {
+	q, _ := openTest(t, Options{Client: &idem.Client{}})
+	ctx := waitCtx(t)
+	for i, l := range []string{"a", "b", "c"} {
+		_, err := q.Enqueue(ctx, post(t, url, i, idem.WithLane(l)))
+		require.NoError(t, err)
+	}
+	now := time.Now().Add(time.Second)
+	lanes, _, err := q.st.TakeDue(ctx, now, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b"}, lanes)
+	lanes, _, err = q.st.TakeDue(ctx, now, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c"}, lanes)
+	require.NoError(t, q.st.SetNext(ctx, "a", now.Add(time.Minute)))
+	lanes, wait, err := q.st.TakeDue(ctx, now, 2)
+	require.NoError(t, err)
+	assert.Empty(t, lanes)
+	assert.Equal(t, time.Minute, wait, "until lane a is due")
+}
