@@ -26,7 +26,7 @@
 #                    pgqueue beside River and the bbolt queue, through
 #                    latency proxies (about 4 minutes a round)
 #   FLEET_COUNT=3    rounds of BenchmarkFleetTx and BenchmarkFleetLatency
-#   FLEET_N=1000     intents each drain of BenchmarkFleetLatency works
+#   FLEET_N=2000     intents each drain of BenchmarkFleetLatency works
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -36,7 +36,7 @@ OUTAGE=${OUTAGE:-10s}
 DEPTHS=${DEPTHS:-1k,100k,1M}
 PROFILES=${PROFILES:-1}
 FLEET_COUNT=${FLEET_COUNT:-3}
-FLEET_N=${FLEET_N:-1000}
+FLEET_N=${FLEET_N:-2000}
 PHASES=" ${PHASES:-overhead clientcost enqueue depth drain fault outage fleet} "
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
