@@ -52,13 +52,11 @@ func (st *store) TakeDue(ctx context.Context, _ time.Time, n int) ([]string, tim
 		}
 		for rs.Next() {
 			var t takenRow
-			if err := rs.Scan(&next, &db, &version, &t.name, &t.tail, &t.head.id, &t.head.enqueued, &t.head.data,
-				&t.head.next.id, &t.head.next.enqueued, &t.head.next.data, &t.head.next.xmin); err != nil {
+			if err := rs.Scan(append([]any{&next, &db, &version}, t.dest()...)...); err != nil {
 				rs.Close()
 				return err
 			}
-			if t.name != nil && t.tail != nil {
-				t.head.tail = *t.tail
+			if t.taken() {
 				rows = append(rows, t)
 			}
 		}
@@ -78,14 +76,7 @@ func (st *store) TakeDue(ctx context.Context, _ time.Time, n int) ([]string, tim
 		}
 		return nil, wait, nil
 	}
-	lanes := make([]string, len(rows))
-	st.mu.Lock()
-	for i, t := range rows {
-		lanes[i] = *t.name
-		st.owned[*t.name] = taken{token: token, read: &t.head}
-	}
-	st.mu.Unlock()
-	return lanes, 0, nil
+	return st.own(token, rows), 0, nil
 }
 
 // takeDueSQL takes up to $5 due lanes for token $1 (see TakeDue) and reads,
@@ -93,35 +84,77 @@ func (st *store) TakeDue(ctx context.Context, _ time.Time, n int) ([]string, tim
 // the head: one row a lane taken, in due order, or one row of NULL lane
 // columns for none. Every row also gives the next time a lane falls due,
 // the database's clock and the tables' version.
-const takeDueSQL = `WITH v AS (
-		SELECT coalesce(max(version), 0) AS version FROM idem_queue_migrations
-	), c AS (
-		SELECT name FROM idem_queue_lanes
-		WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now()) AND name <> ALL($3)
-			AND (SELECT version FROM v) <= $4
-		ORDER BY next_at LIMIT $5 FOR UPDATE SKIP LOCKED
-	), t AS (
-		UPDATE idem_queue_lanes l SET owner = $1, lease_until = now() + $2 * interval '1 microsecond'
-		FROM c WHERE l.name = c.name RETURNING l.name, l.next_at
-	), s AS (
+var takeDueSQL = `WITH ` + takeCTEs(1, 2, 3, 4, 5, "true") + `, s AS (
 		SELECT (SELECT next_at FROM idem_queue_lanes
 				WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at < 'infinity'
 				ORDER BY next_at LIMIT 1) AS next,
 			clock_timestamp() AS db, (SELECT version FROM v) AS version
 	)
-	SELECT s.next, s.db, s.version, t.name,
-		(SELECT tail FROM idem_queue_lanes x WHERE x.name = t.name),
-		r.id, r.enqueued_at, r.record, n.id, n.enqueued_at, n.record, n.xmin::text
-	FROM s LEFT JOIN t ON true
-	LEFT JOIN LATERAL (
+	SELECT s.next, s.db, s.version, ` + takenColumns + `
+	FROM s LEFT JOIN t ON true ` + takenJoins + `
+	ORDER BY t.next_at`
+
+// takeCTEs are the common table expressions v, the tables' version, c,
+// the due lanes, and t, those taken: up to $limit due lanes held by no live
+// lease and not among $busy are taken for $token for $leaseUS microseconds,
+// if the tables are not newer than $known and cond, an SQL condition, holds.
+func takeCTEs(token, leaseUS, busy, known, limit int, cond string) string {
+	return fmt.Sprintf(`v AS (
+		SELECT coalesce(max(version), 0) AS version FROM idem_queue_migrations
+	), c AS (
+		SELECT name FROM idem_queue_lanes
+		WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now()) AND name <> ALL($%d)
+			AND (SELECT version FROM v) <= $%d AND %s
+		ORDER BY next_at LIMIT $%d FOR UPDATE SKIP LOCKED
+	), t AS (
+		UPDATE idem_queue_lanes l SET owner = $%d, lease_until = now() + $%d * interval '1 microsecond'
+		FROM c WHERE l.name = c.name RETURNING l.name, l.next_at
+	)`, busy, known, cond, limit, token, leaseUS)
+}
+
+// takenColumns are, for a lane taken (t), its name, then its tail, head (r)
+// and the record after the head (n) as the statement's snapshot has them
+// (takenJoins), scanned by takenRow.scan.
+const takenColumns = `t.name, (SELECT tail FROM idem_queue_lanes x WHERE x.name = t.name),
+		r.id, r.enqueued_at, r.record, n.id, n.enqueued_at, n.record, n.xmin::text`
+
+// takenJoins read the head of each lane taken, and the record after it.
+const takenJoins = `LEFT JOIN LATERAL (
 		SELECT id, enqueued_at, record FROM idem_queue_records
 		WHERE lane = t.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
 	) r ON true
 	LEFT JOIN LATERAL (
 		SELECT id, enqueued_at, record, xmin FROM idem_queue_records
 		WHERE lane = t.name AND state <= 2 AND id <> r.id ORDER BY coalesce(pos, id) LIMIT 1
-	) n ON true
-	ORDER BY t.next_at`
+	) n ON true`
+
+// dest returns where to scan takenColumns.
+func (t *takenRow) dest() []any {
+	return []any{&t.name, &t.tail, &t.head.id, &t.head.enqueued, &t.head.data,
+		&t.head.next.id, &t.head.next.enqueued, &t.head.next.data, &t.head.next.xmin}
+}
+
+// taken reports whether the row holds a lane taken, and completes it.
+func (t *takenRow) taken() bool {
+	if t.name == nil || t.tail == nil {
+		return false
+	}
+	t.head.tail = *t.tail
+	return true
+}
+
+// own records the lanes of rows as taken by this store's workers under
+// token, each with its head as read, and returns their names.
+func (st *store) own(token uuid.UUID, rows []takenRow) []string {
+	lanes := make([]string, len(rows))
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for i, t := range rows {
+		lanes[i] = *t.name
+		st.owned[*t.name] = taken{token: token, read: &t.head}
+	}
+	return lanes
+}
 
 // takenRow is a row of takeDueSQL: a lane taken and its head as read.
 type takenRow struct {

@@ -117,7 +117,7 @@ func openKnowing(ctx context.Context, pool *pgxpool.Pool, opts Options, known in
 	sctx, cancel := context.WithCancel(context.Background())
 	st := &store{
 		pool: pool, opts: opts, location: location(pool), lease: timeout + opts.LeaseMargin, known: known,
-		wake: make(chan struct{}, 1), owned: map[string]taken{},
+		wake: make(chan struct{}, 1), owned: map[string]taken{}, handoff: map[string]string{},
 		settles: make(chan queue.ID, settleBuffer), self: uuid.NewString(),
 		ctx: sctx, cancel: cancel, done: make(chan struct{}),
 	}

@@ -44,11 +44,14 @@ type store struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the listener is gone
 
-	mu sync.Mutex // guards owned and closed
+	mu sync.Mutex // guards owned, handoff and closed
 	// owned holds the lanes this store's workers took, from TakeDue to
 	// SetNext: one lease per lane, so the lane's entry is its lease's.
-	owned  map[string]taken
-	closed bool
+	owned map[string]taken
+	// handoff maps a lane given back with its last settle to the lane
+	// taken for the same worker in that statement (see HandedOver).
+	handoff map[string]string
+	closed  bool
 }
 
 var _ queue.Store = (*store)(nil)

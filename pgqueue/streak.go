@@ -155,8 +155,10 @@ func (st *store) keepAhead(lane string, token uuid.UUID, a *ahead) {
 // settleReleaseSQL settles record $1 as write does and, in the same
 // statement, gives its lane back as SetNext does, due now, or parked at
 // 'infinity' when the settle was made and no record came to the lane since
-// its tail was $9 (see SetNext).
-const settleReleaseSQL = `WITH l AS (
+// its tail was $9 (see SetNext); then, the settle made, it takes the lane
+// due first for the same worker, as TakeDue does (takeCTEs), and reads its
+// head. One row: whether the settle was made, and the lane taken, if any.
+var settleReleaseSQL = `WITH l AS (
 		SELECT name FROM idem_queue_lanes WHERE name = $5 AND owner = $6 FOR UPDATE
 	), s AS (
 		UPDATE idem_queue_records r SET state = $2, record = $3, settled_at = $4
@@ -166,16 +168,19 @@ const settleReleaseSQL = `WITH l AS (
 		UPDATE idem_queue_lanes x SET owner = NULL, lease_until = NULL,
 			next_at = CASE WHEN x.tail = $9 AND EXISTS (SELECT 1 FROM s) THEN 'infinity'::timestamptz ELSE now() END
 		FROM l WHERE x.name = l.name
-	)
-	SELECT count(*) FROM s`
+	), ` + takeCTEs(10, 11, 12, 13, 14, "EXISTS (SELECT 1 FROM s)") + `
+	SELECT (SELECT count(*) FROM s), ` + takenColumns + `
+	FROM (SELECT 1) one LEFT JOIN t ON true ` + takenJoins
 
 // settleRelease stores r, settled, over its stored self, which must be in
 // flight, and gives its lane back in the same statement: the lane's last
 // record, as read, costs one round trip for its settle and the lane's
-// return instead of two. Fenced as every write is (see write). Whatever
-// comes of it, the lane stays out of this store's TakeDue until the
-// queue's SetNext, which then only forgets it: the worker is done with the
-// lane only then.
+// return instead of two. The same statement takes the lane due first for
+// the worker, which the queue finds by HandedOver, instead of a TakeDue of
+// its own. Fenced as every write is (see write). Whatever comes of it, the
+// lane given back stays out of this store's TakeDue until the queue's
+// SetNext, which then only forgets it: the worker is done with the lane
+// only then.
 func (st *store) settleRelease(ctx context.Context, r *queue.Record, t taken) error {
 	lane := r.Intent.Lane()
 	data, err := r.MarshalBinary()
@@ -188,19 +193,44 @@ func (st *store) settleRelease(ctx context.Context, r *queue.Record, t taken) er
 		announce = &p
 	}
 	defer st.gaveBack(lane, t.token)
-	var settled int64
+	var (
+		settled int64
+		next    takenRow
+		token   = uuid.New()
+		busy    = st.busy()
+	)
 	err = retry(ctx, func() error {
 		octx, cancel := st.op(ctx)
 		defer cancel()
+		next = takenRow{}
 		return st.pool.QueryRow(octx, settleReleaseSQL,
 			int64(r.ID), int16(r.State), data, r.SettledAt, lane, t.token, int16(queue.InFlight), announce, t.tail,
-		).Scan(&settled)
+			token, st.lease.Microseconds(), busy, st.known, 1,
+		).Scan(append([]any{&settled}, next.dest()...)...)
 	})
 	if err != nil {
 		return st.wrap(ctx, err)
+	}
+	if next.taken() {
+		taken := st.own(token, []takenRow{next})[0]
+		st.mu.Lock()
+		st.handoff[lane] = taken
+		st.mu.Unlock()
 	}
 	if settled == 0 {
 		return fmt.Errorf("%w: record %d", queue.ErrMovedOn, r.ID)
 	}
 	return nil
+}
+
+// HandedOver returns the lane taken for the worker that held lane with the
+// settle that gave lane back (see settleRelease), and forgets it: the
+// worker goes on with that lane as with one TakeDue gave it. The queue asks
+// once the worker is done with lane (SetNext).
+func (st *store) HandedOver(lane string) (string, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	next, ok := st.handoff[lane]
+	delete(st.handoff, lane)
+	return next, ok
 }

@@ -177,3 +177,49 @@ func TestTakeDueSeveral(t *testing.T) {
 		assert.Equal(t, id, r.ID)
 	}
 }
+
+// TestSettleHandsOverALane: the settle that gives a lane back takes the
+// lane due first for the same worker, with its head read, out of every
+// TakeDue until its SetNext; a settle that finds the lane taken over takes
+// none.
+func TestSettleHandsOverALane(t *testing.T) {
+	pool := testPool(t)
+	st, other := replica(t, pool, Options{}), replica(t, pool, Options{})
+	first := enqueue(t, st, "a")
+	second := enqueue(t, st, "b")
+
+	r := leaseHead(t, st, "a")
+	require.Equal(t, first, r.ID)
+	done(st, r)
+	n, err := st.SettleLeaseNext(context.Background(), r, accept)
+	require.NoError(t, err)
+	require.Nil(t, n)
+	require.NoError(t, st.SetNext(context.Background(), "a", time.Time{}))
+	lane, ok := st.HandedOver("a")
+	require.True(t, ok, "a lane handed over")
+	assert.Equal(t, "b", lane)
+	_, ok = st.HandedOver("a")
+	assert.False(t, ok, "handed over once")
+	assert.Equal(t, "owned", nextAt(t, pool, "b"))
+	_, took, _, err := takeOne(other)
+	require.NoError(t, err)
+	assert.False(t, took, "the lane handed over is not another replica's to take")
+	h, _, err := st.Head(context.Background(), "b")
+	require.NoError(t, err)
+	require.NotNil(t, h)
+	assert.Equal(t, second, h.ID)
+
+	// Fenced: the lease ran out and another replica took b over.
+	h.State, h.NumAttempts = queue.InFlight, 1
+	require.NoError(t, st.Put(context.Background(), queue.Pending, h))
+	enqueue(t, st, "c")
+	expire(t, pool)
+	require.Equal(t, "b", takeHead(t, other, "b").Intent.Lane())
+	done(st, h)
+	_, err = st.SettleLeaseNext(context.Background(), h, accept)
+	assert.ErrorIs(t, err, queue.ErrMovedOn)
+	require.NoError(t, st.SetNext(context.Background(), "b", time.Time{}))
+	_, ok = st.HandedOver("b")
+	assert.False(t, ok, "a settle that did not land takes no lane")
+	assert.Equal(t, "due", nextAt(t, pool, "c"))
+}

@@ -183,8 +183,52 @@ func (q *Queue) offlineWait(now time.Time) (wait time.Duration, ok, offline bool
 }
 
 // work makes at most one attempt for the head of lane l, or settles it
-// without one, then sets when the lane is next due.
+// without one, then sets when the lane is next due; then, while the store
+// hands the worker another lane with the settle that gave l back
+// (laneHandoff), the same for that lane.
 func (q *Queue) work(ctx context.Context, l string) {
+	h, _ := q.st.(laneHandoff)
+	for {
+		q.workLane(ctx, l)
+		if h == nil {
+			return
+		}
+		next, ok := h.HandedOver(l)
+		if !ok {
+			return
+		}
+		if ctx.Err() != nil || q.isClosing() || q.isOffline() {
+			// Given back untouched, due at once: the dispatcher decides.
+			if err := q.st.SetNext(q.drainCtx, next, q.now()); err != nil {
+				q.report(err)
+			}
+			return
+		}
+		l = next
+	}
+}
+
+// laneHandoff is a store that may take another due lane for a worker in
+// the statement that settles the last record of the worker's lane and gives
+// that lane back, sparing the worker a TakeDue of its own (package
+// pgqueue's is one). The worker then goes on with that lane as with one
+// TakeDue gave it.
+type laneHandoff interface {
+	// HandedOver returns the lane taken for the worker that held lane,
+	// once SetNext gave lane back, and forgets it; false if none was.
+	HandedOver(lane string) (string, bool)
+}
+
+// isOffline reports whether the queue looks offline (see offlineState).
+func (q *Queue) isOffline() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.offline.on
+}
+
+// workLane makes at most one attempt for the head of lane l, or settles it
+// without one, then sets when the lane is next due.
+func (q *Queue) workLane(ctx context.Context, l string) {
 	now := q.now()
 	next, err := q.workHead(ctx, l, now)
 	switch {

@@ -89,3 +89,87 @@ func TestBoltTakeDueSeveral(t *testing.T) {
 	assert.Empty(t, lanes)
 	assert.Equal(t, time.Minute, wait, "until lane a is due")
 }
+
+// handoffStore hands the worker that gave lane "a" back the lane due next,
+// taken in SetNext, as package pgqueue's store takes it with the settle.
+type handoffStore struct {
+	Store
+	mu     sync.Mutex
+	handed map[string]string
+}
+
+func (s *handoffStore) SetNext(ctx context.Context, lane string, next time.Time) error {
+	if err := s.Store.SetNext(ctx, lane, next); err != nil {
+		return err
+	}
+	if lane != "a" {
+		return nil
+	}
+	lanes, _, err := s.Store.TakeDue(ctx, time.Now(), 1)
+	if err != nil || len(lanes) == 0 {
+		return err
+	}
+	s.mu.Lock()
+	s.handed[lane] = lanes[0]
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *handoffStore) HandedOver(lane string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.handed[lane]
+	delete(s.handed, lane)
+	return l, ok
+}
+
+// TestWorkerTakesTheLaneHandedOver: a worker goes on with the lane its
+// store handed over with the last one's return, as with one TakeDue gave
+// it; a lane handed over and left would never drain.
+func TestWorkerTakesTheLaneHandedOver(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.URL.Path)
+		mu.Unlock()
+		w.WriteHeader(201)
+	}))
+	t.Cleanup(srv.Close)
+	opts := Options{idle: 5 * time.Millisecond, rand: func() float64 { return 0.5 }, Workers: 1, Client: &idem.Client{}}
+	o, err := opts.withDefaults()
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "q.db")
+	lf, err := lock(path, o)
+	require.NoError(t, err)
+	bs, err := openBolt(path, o, lf)
+	require.NoError(t, err)
+	st := &handoffStore{Store: &takeLog{Store: bs}, handed: map[string]string{}}
+	q, err := New(st, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { q.Close() })
+	ctx := waitCtx(t)
+	var ids []ID
+	for i, l := range []string{"a", "b"} {
+		id, err := q.Enqueue(ctx, post(t, srv.URL+"/"+l, i, idem.WithLane(l)))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	run(t, q)
+	for _, id := range ids {
+		r, err := q.Wait(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, Done, r.State)
+	}
+	mu.Lock()
+	assert.Equal(t, []string{"/a", "/b"}, sent)
+	mu.Unlock()
+	tl := st.Store.(*takeLog)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	assert.Equal(t, [2]int{1, 1}, tl.calls[0], "the dispatcher took a")
+	assert.Equal(t, [2]int{1, 1}, tl.calls[1], "the store took b for the worker")
+	for _, c := range tl.calls[2:] {
+		assert.Zero(t, c[1], "no lane left for the dispatcher to take")
+	}
+}
