@@ -133,9 +133,10 @@ if phase outage; then
 fi
 
 if phase fleet; then
-	log "fleet store (PostgreSQL): $COUNT rounds of business transactions, $SLOW_COUNT of drains"
+	log "fleet store (PostgreSQL): $COUNT rounds of business transactions, $SLOW_COUNT of drains, $FLEET_COUNT of batch enqueues"
 	binary=pgqueue.test rounds "$COUNT" fleet.txt -test.bench '^BenchmarkBusinessTx$' -test.benchtime 1000x
 	binary=pgqueue.test rounds "$SLOW_COUNT" fleet.txt -test.bench '^BenchmarkFleetDrain$' -test.benchtime 3000x
+	binary=pgqueue.test rounds "$FLEET_COUNT" fleet.txt -test.bench '^BenchmarkEnqueueMany$' -test.benchtime 1x
 	log "fleet through latency proxies, River beside: $FLEET_COUNT rounds of $FLEET_N intents"
 	rounds "$FLEET_COUNT" fleet.txt -test.bench '^BenchmarkFleetTx$' -test.benchtime 100x
 	rounds "$FLEET_COUNT" fleet.txt -test.bench '^BenchmarkFleetLatency$' -test.benchtime "${FLEET_N}x"

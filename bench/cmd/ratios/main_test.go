@@ -20,6 +20,9 @@ BenchmarkEnqueueDepth/depth=1M-2  	     300	   1400 ns/op	       500.0 file-MB
 BenchmarkEnqueue/impl=queue/producers=64-2     	     100	   1000 ns/op
 BenchmarkDrain/lanes=64-2     	     100	   1000 ns/op	  250000 intents/s
 BenchmarkBusinessTx-2   	    1000	   1264883 ns/op	       500.0 intent-us	       200.0 plain-us	         1.000 round-trips/op	       300.0 roundtrip-us
+BenchmarkEnqueueMany/many=1000-2	1	1 ns/op	10.0 record-us
+BenchmarkEnqueueMany/many=100000-2	1	1 ns/op	20.0 record-us
+BenchmarkEnqueueMany/single=1000-2	1	1 ns/op	40.0 record-us
 BenchmarkFleetDrain/bbolt-2         	    3000	   1 ns/op	      2000 intents/s
 BenchmarkFleetDrain/postgres-1-2    	    3000	   2 ns/op	      1000 intents/s
 BenchmarkFleetLatency/latency=db1ms-api5ms/impl=bbolt/lanes=200-2	100	1 ns/op	400 intents/s
@@ -73,6 +76,9 @@ func TestReport(t *testing.T) {
 		{"fleet:", "EnqueueTx", "time", "added", "/", "one", "round", "trip's", "3.000x"},
 		{"fleet:", "business", "tx", "with", "intent", "/", "plain,", "time", "2.500x"},
 		{"fleet:", "drain", "rate,", "postgres", "1", "replica", "/", "bbolt", "0.500x"},
+		{"fleet:", "EnqueueManyTx", "time", "a", "record,", "100,000", "/", "1,000", "in", "one", "lane", "2.000x", "<=", "1.50", "MISSED"},
+		{"fleet:", "EnqueueManyTx", "/", "1,000", "EnqueueTx", "calls,", "time", "a", "record", "0.250x"},
+		{"idem", "Do", "/", "retryablehttp", "sending", "a", "key,", "POST", "in-memory", "time", "n/a", "<=", "1.00"},
 		{"fleet:", "drain", "rate,", "postgres", "3", "replicas", "/", "bbolt", "n/a"},
 		{"fleet", "db1ms-api5ms:", "pgqueue", "1", "replica", "/", "bbolt,", "drain", "rate,", "200", "lanes", "0.250x", ">=", "0.80", "MISSED"},
 		{"fleet", "db1ms-api5ms:", "pgqueue", "3", "replicas", "/", "1,", "drain", "rate,", "200", "lanes", "3.000x", ">=", "2.70", "met"},
