@@ -34,7 +34,7 @@ require (
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/idem-go/idem/pgqueue v0.1.0
 	golang.org/x/net v0.43.0 // indirect
-	golang.org/x/sys v0.45.0 // indirect
+	golang.org/x/sys v0.45.0
 )
 
 replace github.com/idem-go/idem/pgqueue => ../pgqueue

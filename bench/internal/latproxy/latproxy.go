@@ -12,8 +12,11 @@
 //
 // # Caveats
 //
-// Timers on a loaded machine fire late, so the delay is a floor, not an
-// exact figure: measure the round trip through the proxy when it matters.
+// The delay is a floor, not an exact figure: on Linux the writer waits on
+// a timerfd (see sleeper), tens of microseconds late, more on a loaded
+// machine; elsewhere on the runtime's timers, a millisecond or more late.
+// Measure the round trip through the proxy when it matters
+// (BenchmarkRoundTrip, and BenchmarkFleetTx's select1-us).
 // Chunks queue in memory without a bound while the receiver keeps up; a
 // receiver that stops reading stops the proxy's writer, and the queue of
 // that direction then holds at most queueLen chunks before the reader
@@ -172,12 +175,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	done := make(chan struct{})
 	go func() { // the writer
 		defer close(done)
-		timer := time.NewTimer(0)
-		defer timer.Stop()
+		s := newSleeper()
+		defer s.close()
 		for ch := range q {
 			if wait := time.Until(ch.due); wait > 0 {
-				timer.Reset(wait)
-				<-timer.C
+				s.sleep(wait)
 			}
 			if ch.err != nil {
 				if cw, ok := dst.(interface{ CloseWrite() error }); ok && errors.Is(ch.err, io.EOF) {
