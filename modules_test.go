@@ -165,3 +165,75 @@ func mayImport(imp, own string, mods []string) bool {
 	}
 	return owner == own
 }
+
+// benchOnly are the module paths (prefixes) that only the benchmark and
+// interop modules may require: the peers measured beside idem, River among
+// them, and the bench module itself, which holds the latency proxy.
+var benchOnly = []string{
+	"github.com/riverqueue/", "github.com/hashicorp/go-retryablehttp", "resty.dev/", "github.com/go-resty/",
+	"github.com/stripe/", "github.com/sony/gobreaker", "github.com/failsafe-go/", "github.com/idem-go/idem/bench",
+}
+
+// TestPublishedModulesLeaveThePeersOut: no module published to users
+// (release/modules) requires a peer of the benchmarks or the bench module,
+// directly or indirectly, so that installing idem never brings them; and
+// the root requires only its four chosen modules directly.
+func TestPublishedModulesLeaveThePeersOut(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("release", "modules"))
+	require.NoError(t, err)
+	var dirs []string
+	for line := range strings.Lines(string(raw)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			dirs = append(dirs, line)
+		}
+	}
+	require.Contains(t, dirs, ".")
+	for _, dir := range dirs {
+		direct, all := requires(t, filepath.Join(dir, "go.mod"))
+		require.NotEmpty(t, all, "%s/go.mod requires nothing", dir)
+		for _, m := range all {
+			for _, p := range benchOnly {
+				assert.False(t, strings.HasPrefix(m, p), "%s/go.mod requires %s, which only the bench and interop modules may", dir, m)
+			}
+		}
+		if dir == "." {
+			assert.ElementsMatch(t, []string{
+				"github.com/cenkalti/backoff/v4", "github.com/google/uuid",
+				"github.com/stretchr/testify", "go.etcd.io/bbolt",
+			}, direct, "the root module's direct requirements")
+		}
+	}
+}
+
+// requires returns the module paths go.mod at p requires: those not marked
+// indirect, and all.
+func requires(t *testing.T, p string) (direct, all []string) {
+	t.Helper()
+	raw, err := os.ReadFile(p)
+	require.NoError(t, err)
+	block := false
+	for line := range strings.Lines(string(raw)) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "require (":
+			block = true
+			continue
+		case block && line == ")":
+			block = false
+			continue
+		case !block && strings.HasPrefix(line, "require "):
+			line = strings.TrimPrefix(line, "require ")
+		case !block:
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		all = append(all, f[0])
+		if !strings.Contains(line, "// indirect") {
+			direct = append(direct, f[0])
+		}
+	}
+	return direct, all
+}
