@@ -42,11 +42,15 @@ func (st *store) TakeDue(ctx context.Context, _ time.Time, n int) ([]string, tim
 		sent    = time.Now()
 		leaseUS = st.lease.Microseconds()
 	)
+	sql, args := takeDueSQL(max(n, 1)), []any{token, leaseUS, busy, st.known}
+	if n > len(takeDueSQLs) {
+		args = append(args, n)
+	}
 	err := retry(ctx, func() error {
 		octx, cancel := st.op(ctx)
 		defer cancel()
 		rows = rows[:0]
-		rs, err := st.pool.Query(octx, takeDueSQL, token, leaseUS, busy, st.known, max(n, 1))
+		rs, err := st.pool.Query(octx, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -79,12 +83,36 @@ func (st *store) TakeDue(ctx context.Context, _ time.Time, n int) ([]string, tim
 	return st.own(token, rows), 0, nil
 }
 
-// takeDueSQL takes up to $5 due lanes for token $1 (see TakeDue) and reads,
-// from the statement's snapshot, each one's tail, head and the record after
-// the head: one row a lane taken, in due order, or one row of NULL lane
-// columns for none. Every row also gives the next time a lane falls due,
-// the database's clock and the tables' version.
-var takeDueSQL = `WITH ` + takeCTEs(1, 2, 3, 4, 5, "true") + `, s AS (
+// takeDueSQL returns the statement that takes up to n due lanes (see
+// takeDueSQLs): beyond 32, the limit is $5, a parameter.
+func takeDueSQL(n int) string {
+	if n > len(takeDueSQLs) {
+		return takeDueSQLFmt("$5")
+	}
+	return takeDueSQLs[n-1]
+}
+
+// takeDueSQLs are the statements that take up to 1, 2, ... due lanes, the
+// limit written into each: with LIMIT a parameter, PostgreSQL's estimate
+// for its generic plan stays above its plans for the values given, so it
+// plans the statement anew on every call, which took it longer than the
+// statement ran. With the limit written, it keeps the generic plan after
+// five calls. A queue asks for at most as many lanes as it has workers.
+var takeDueSQLs = func() []string {
+	sqls := make([]string, 32)
+	for i := range sqls {
+		sqls[i] = takeDueSQLFmt(strconv.Itoa(i + 1))
+	}
+	return sqls
+}()
+
+// takeDueSQLFmt takes up to limit due lanes for token $1 (see TakeDue) and
+// reads, from the statement's snapshot, each one's tail, head and the
+// record after the head: one row a lane taken, in due order, or one row of
+// NULL lane columns for none. Every row also gives the next time a lane
+// falls due, the database's clock and the tables' version.
+func takeDueSQLFmt(limit string) string {
+	return `WITH ` + takeCTEs(1, 2, 3, 4, limit, "true") + `, s AS (
 		SELECT (SELECT next_at FROM idem_queue_lanes
 				WHERE NOT held AND owner IS NULL AND next_at > now() AND next_at < 'infinity'
 				ORDER BY next_at LIMIT 1) AS next,
@@ -93,19 +121,21 @@ var takeDueSQL = `WITH ` + takeCTEs(1, 2, 3, 4, 5, "true") + `, s AS (
 	SELECT s.next, s.db, s.version, ` + takenColumns + `
 	FROM s LEFT JOIN t ON true ` + takenJoins + `
 	ORDER BY t.next_at`
+}
 
 // takeCTEs are the common table expressions v, the tables' version, c,
-// the due lanes, and t, those taken: up to $limit due lanes held by no live
+// the due lanes, and t, those taken: up to limit (a number written out or
+// a parameter) due lanes held by no live
 // lease and not among $busy are taken for $token for $leaseUS microseconds,
 // if the tables are not newer than $known and cond, an SQL condition, holds.
-func takeCTEs(token, leaseUS, busy, known, limit int, cond string) string {
+func takeCTEs(token, leaseUS, busy, known int, limit, cond string) string {
 	return fmt.Sprintf(`v AS (
 		SELECT coalesce(max(version), 0) AS version FROM idem_queue_migrations
 	), c AS (
 		SELECT name FROM idem_queue_lanes
 		WHERE NOT held AND next_at <= now() AND (owner IS NULL OR lease_until < now()) AND name <> ALL($%d)
 			AND (SELECT version FROM v) <= $%d AND %s
-		ORDER BY next_at LIMIT $%d FOR UPDATE SKIP LOCKED
+		ORDER BY next_at LIMIT %s FOR UPDATE SKIP LOCKED
 	), t AS (
 		UPDATE idem_queue_lanes l SET owner = $%d, lease_until = now() + $%d * interval '1 microsecond'
 		FROM c WHERE l.name = c.name RETURNING l.name, l.next_at

@@ -168,7 +168,7 @@ var settleReleaseSQL = `WITH l AS (
 		UPDATE idem_queue_lanes x SET owner = NULL, lease_until = NULL,
 			next_at = CASE WHEN x.tail = $9 AND EXISTS (SELECT 1 FROM s) THEN 'infinity'::timestamptz ELSE now() END
 		FROM l WHERE x.name = l.name
-	), ` + takeCTEs(10, 11, 12, 13, 14, "EXISTS (SELECT 1 FROM s)") + `
+	), ` + takeCTEs(10, 11, 12, 13, "1", "EXISTS (SELECT 1 FROM s)") + `
 	SELECT (SELECT count(*) FROM s), ` + takenColumns + `
 	FROM (SELECT 1) one LEFT JOIN t ON true ` + takenJoins
 
@@ -205,7 +205,7 @@ func (st *store) settleRelease(ctx context.Context, r *queue.Record, t taken) er
 		next = takenRow{}
 		return st.pool.QueryRow(octx, settleReleaseSQL,
 			int64(r.ID), int16(r.State), data, r.SettledAt, lane, t.token, int16(queue.InFlight), announce, t.tail,
-			token, st.lease.Microseconds(), busy, st.known, 1,
+			token, st.lease.Microseconds(), busy, st.known,
 		).Scan(append([]any{&settled}, next.dest()...)...)
 	})
 	if err != nil {
