@@ -64,11 +64,29 @@ type intentConfig struct {
 	key         string
 	hasKey      bool
 	noKey       bool
+	values      uint8 // of valueRoom used
 	header      []field
 	index       map[string]int // position in header by name, once there are many
 	headerBytes int
 	lane        string
 	policy      *Policy
+
+	// Room for the first headers and single values, which the intent
+	// keeps: the config is allocated with its intent (intentBlock), and so
+	// are they.
+	fieldRoom [2]field
+	valueRoom [2]string
+}
+
+// oneValue returns a full slice of v alone, from valueRoom while it lasts.
+func (c *intentConfig) oneValue(v string) []string {
+	if int(c.values) == len(c.valueRoom) {
+		return []string{v}
+	}
+	i := c.values
+	c.values++
+	c.valueRoom[i] = v
+	return c.valueRoom[i : i+1 : i+1]
 }
 
 // WithKey supplies the idempotency key instead of generating one; use it when
@@ -112,7 +130,7 @@ func WithHeader(name, value string) IntentOption {
 		if err := c.addHeaderBytes(len(name) + len(value) + 4); err != nil {
 			return err
 		}
-		c.addHeader(http.CanonicalHeaderKey(name), []string{value})
+		c.addHeader(http.CanonicalHeaderKey(name), c.oneValue(value))
 		return nil
 	}
 }
@@ -150,6 +168,9 @@ func (c *intentConfig) addHeader(canon string, values []string) {
 	if i >= 0 {
 		c.header[i].values = append(c.header[i].values, values...)
 		return
+	}
+	if c.header == nil {
+		c.header = c.fieldRoom[:0]
 	}
 	c.header = append(c.header, field{name: canon, values: values})
 	switch {
@@ -251,9 +272,12 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if len(body) > MaxBodyBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(body), MaxBodyBytes)
 	}
-	c, err := configure(opts)
+	in, c, err := configure(opts)
 	if err != nil {
 		return nil, err
+	}
+	if c == nil {
+		c = new(intentConfig) // on the stack: nothing takes it
 	}
 	safe := methods.Safe(method)
 	if safe && c.hasKey {
@@ -267,7 +291,7 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		// header, which shares them, can never land in the intent's.
 		c.header[i].values = slices.Clip(c.header[i].values)
 	}
-	in := &Intent{
+	*in = Intent{
 		method:    method,
 		url:       rawURL,
 		u:         u,
@@ -284,22 +308,32 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	return in, nil
 }
 
-// configure applies opts. An option takes a pointer, so the config it fills
-// is allocated; an intent without options, such as most GETs, skips that.
-func configure(opts []IntentOption) (intentConfig, error) {
+// intentBlock is an intent and the config its options filled, allocated
+// together: an option takes the config by pointer, which would otherwise
+// cost an allocation of its own, and the intent keeps the headers the
+// config holds room for.
+type intentBlock struct {
+	in  Intent
+	cfg intentConfig
+}
+
+// configure returns a new intent, still to be filled, and the config opts
+// made for it. An intent without options, such as most GETs, is allocated
+// alone, without a config (nil).
+func configure(opts []IntentOption) (*Intent, *intentConfig, error) {
 	if len(opts) == 0 {
-		return intentConfig{}, nil
+		return new(Intent), nil, nil
 	}
-	var c intentConfig
+	b := new(intentBlock)
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
-		if err := opt(&c); err != nil {
-			return intentConfig{}, err
+		if err := opt(&b.cfg); err != nil {
+			return nil, nil, err
 		}
 	}
-	return c, nil
+	return &b.in, &b.cfg, nil
 }
 
 // newKey returns a random (version 4) UUID: 122 random bits.

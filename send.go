@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 
 	"github.com/idem-go/idem/internal/anycase"
 )
@@ -41,6 +42,15 @@ type intentSender struct {
 	c  *Client
 	in *Intent
 	hc *http.Client
+
+	// The first attempt's URL, body reader and key value live here, in the
+	// operation's one allocation (opState): most operations take one
+	// attempt. Later attempts allocate their own, so that no attempt's
+	// request shares what net/http or a hook may still hold of another's.
+	made     bool // the first attempt's request was made
+	firstURL url.URL
+	firstBuf bytes.Reader
+	firstKey [1]string
 }
 
 func (s *intentSender) send(req *http.Request) (*http.Response, error) { return s.hc.Do(req) }
@@ -77,29 +87,41 @@ func (s *intentSender) keyField() (name, value string) {
 
 func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
 	in, c := s.in, s.c
-	// From the URL the intent parsed once: given the URL, NewRequest would
-	// parse it again on every attempt. Given "", it parses nothing and
-	// allocates the URL this copies the intent's into.
-	req, err := http.NewRequestWithContext(ctx, in.method, "", nil)
-	if err != nil {
-		return nil, fmt.Errorf("idem: building request: %w", err)
+	var (
+		u   *url.URL
+		buf *bytes.Reader
+		kv  []string
+	)
+	if !s.made {
+		s.made = true
+		u, buf, kv = &s.firstURL, &s.firstBuf, s.firstKey[:]
+	} else {
+		u, buf, kv = new(url.URL), new(bytes.Reader), make([]string, 1)
 	}
-	*req.URL = *in.u
-	req.Host = in.u.Host
+	// From the URL the intent parsed once, as NewRequest would make it
+	// from the string, without parsing it on every attempt.
+	*u = *in.u
+	req := (&http.Request{
+		Method: in.method, URL: u, Host: u.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, len(in.header)+1),
+	}).WithContext(ctx)
 	for _, f := range in.header {
 		req.Header[f.name] = f.values // clipped at NewIntent: an append here copies
 	}
 	if in.body != nil {
 		body := in.body
+		buf.Reset(body)
 		req.ContentLength = int64(len(body))
-		req.Body = newBody(body)
+		req.Body = io.NopCloser(buf) // as newBody makes it
 		// GetBody lets net/http follow a 307 or 308 with the body, as it
 		// does for NewRequest's bodies.
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
 	name, key := s.keyField()
 	if key != "" {
-		req.Header[name] = []string{key}
+		kv[0] = key
+		req.Header[name] = kv[:1:1]
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {

@@ -29,10 +29,12 @@ type Trace struct {
 
 // Recorder collects the facts of one attempt. Its hooks run on net/http's
 // goroutines, so every field is atomic; a Recorder is safe for concurrent use.
-// Use New: a Recorder holds its own trace, so that recording an attempt
-// allocates the Recorder and its four hooks, not a separate trace as well.
+// The zero Recorder is ready to use, so that one can live inside a larger
+// struct allocated once for an operation; it must not be copied after first
+// use, and its first WithContext must not run concurrently with another. It
+// records one attempt: a later attempt takes a Recorder of its own.
 type Recorder struct {
-	trace        httptrace.ClientTrace
+	trace        httptrace.ClientTrace // its hooks set by the first WithContext
 	conns        atomic.Int32
 	wroteHeaders atomic.Bool
 	wroteRequest atomic.Bool
@@ -43,36 +45,49 @@ type Recorder struct {
 	unanswered atomic.Bool
 }
 
-// New returns a Recorder whose trace feeds it.
-func New() *Recorder {
-	r := &Recorder{}
-	r.trace = httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) {
-			// net/http waits for the failed connection's writer before it
-			// takes another, so an earlier WroteHeaders is seen here.
-			if r.unanswered.Load() {
-				r.resent.Store(true)
-			}
-			r.conns.Add(1)
-		},
-		WroteHeaders: func() {
-			r.wroteHeaders.Store(true)
-			r.unanswered.Store(true)
-		},
-		GotFirstResponseByte: func() { r.unanswered.Store(false) },
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				r.wroteRequest.Store(true)
-			}
-		},
-	}
-	return r
-}
+// New returns a new Recorder, for a caller that has no struct to hold one.
+func New() *Recorder { return new(Recorder) }
 
 // WithContext returns ctx carrying r's trace. Hooks of a trace already in
 // ctx keep running: httptrace composes them.
 func (r *Recorder) WithContext(ctx context.Context) context.Context {
+	if r.trace.GotConn == nil {
+		r.init()
+	}
 	return httptrace.WithClientTrace(ctx, &r.trace)
+}
+
+// init points r's trace at r's hooks. The trace lives in r, so recording an
+// attempt allocates the four hooks and nothing else of its own.
+func (r *Recorder) init() {
+	r.trace = httptrace.ClientTrace{
+		GotConn:              r.gotConn,
+		WroteHeaders:         r.wroteHeadersHook,
+		GotFirstResponseByte: r.gotFirstResponseByte,
+		WroteRequest:         r.wroteRequestHook,
+	}
+}
+
+func (r *Recorder) gotConn(httptrace.GotConnInfo) {
+	// net/http waits for the failed connection's writer before it takes
+	// another, so an earlier WroteHeaders is seen here.
+	if r.unanswered.Load() {
+		r.resent.Store(true)
+	}
+	r.conns.Add(1)
+}
+
+func (r *Recorder) wroteHeadersHook() {
+	r.wroteHeaders.Store(true)
+	r.unanswered.Store(true)
+}
+
+func (r *Recorder) gotFirstResponseByte() { r.unanswered.Store(false) }
+
+func (r *Recorder) wroteRequestHook(info httptrace.WroteRequestInfo) {
+	if info.Err == nil {
+		r.wroteRequest.Store(true)
+	}
 }
 
 // Trace returns what r has recorded so far.
