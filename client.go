@@ -310,7 +310,7 @@ func (c *Client) initRun(r *run, st *opState, ctx context.Context, in *Intent, p
 	if ctx == nil {
 		return errors.New("idem: nil context")
 	}
-	st.s = intentSender{c: c, in: in, hc: c.httpClient()}
+	st.s = intentSender{c: c, in: in}
 	*r = run{
 		runConfig: runConfig{
 			policy: p, budget: runBudget{b: c.budget.or(c.Budget), origin: originOf(in.u), m: &c.metrics}, deletePolicy: c.DeletePolicy,

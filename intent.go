@@ -60,20 +60,18 @@ type Intent struct {
 // IntentOption configures NewIntent.
 type IntentOption func(*intentConfig) error
 
+// intentConfig is an intent being made by its options, and what they need
+// besides. An option takes it by pointer, so it is allocated: NewIntent
+// returns the intent it holds, which keeps the config's room for the first
+// headers, so that one allocation serves the intent, its options and its
+// first headers.
 type intentConfig struct {
-	key         string
-	hasKey      bool
+	in          Intent // key, supplied, header, lane and policy as set
 	noKey       bool
-	values      uint8 // of valueRoom used
-	header      []field
+	values      uint8          // of valueRoom used
 	index       map[string]int // position in header by name, once there are many
 	headerBytes int
-	lane        string
-	policy      *Policy
 
-	// Room for the first headers and single values, which the intent
-	// keeps: the config is allocated with its intent (intentBlock), and so
-	// are they.
 	fieldRoom [2]field
 	valueRoom [2]string
 }
@@ -99,7 +97,7 @@ func WithKey(key string) IntentOption {
 		if err := validateKey(key); err != nil {
 			return err
 		}
-		c.key, c.hasKey, c.noKey = key, true, false
+		c.in.key, c.in.supplied, c.noKey = key, true, false
 		return nil
 	}
 }
@@ -110,7 +108,7 @@ func WithKey(key string) IntentOption {
 // retried (ErrNoKey): nothing would stop the server applying it twice.
 func WithoutKey() IntentOption {
 	return func(c *intentConfig) error {
-		c.key, c.hasKey, c.noKey = "", false, true
+		c.in.key, c.in.supplied, c.noKey = "", false, true
 		return nil
 	}
 }
@@ -158,27 +156,27 @@ func (c *intentConfig) addHeader(canon string, values []string) {
 			i = j
 		}
 	} else {
-		for j := range c.header {
-			if c.header[j].name == canon {
+		for j := range c.in.header {
+			if c.in.header[j].name == canon {
 				i = j
 				break
 			}
 		}
 	}
 	if i >= 0 {
-		c.header[i].values = append(c.header[i].values, values...)
+		c.in.header[i].values = append(c.in.header[i].values, values...)
 		return
 	}
-	if c.header == nil {
-		c.header = c.fieldRoom[:0]
+	if c.in.header == nil {
+		c.in.header = c.fieldRoom[:0]
 	}
-	c.header = append(c.header, field{name: canon, values: values})
+	c.in.header = append(c.in.header, field{name: canon, values: values})
 	switch {
 	case c.index != nil:
-		c.index[canon] = len(c.header) - 1
-	case len(c.header) > maxScan:
-		c.index = make(map[string]int, 2*len(c.header))
-		for j, f := range c.header {
+		c.index[canon] = len(c.in.header) - 1
+	case len(c.in.header) > maxScan:
+		c.index = make(map[string]int, 2*len(c.in.header))
+		for j, f := range c.in.header {
 			c.index[f.name] = j
 		}
 	}
@@ -225,7 +223,7 @@ func WithLane(lane string) IntentOption {
 		if len(lane) > maxLaneLen {
 			return fmt.Errorf("%w: lane is %d bytes, limit %d", ErrInvalidIntent, len(lane), maxLaneLen)
 		}
-		c.lane = lane
+		c.in.lane = lane
 		return nil
 	}
 }
@@ -245,7 +243,7 @@ func WithPolicy(p Policy) IntentOption {
 		if _, err := p.withDefaults(); err != nil {
 			return err
 		}
-		c.policy = &p
+		c.in.policy = &p
 		return nil
 	}
 }
@@ -272,68 +270,52 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if len(body) > MaxBodyBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(body), MaxBodyBytes)
 	}
-	in, c, err := configure(opts)
-	if err != nil {
-		return nil, err
-	}
-	if c == nil {
-		c = new(intentConfig) // on the stack: nothing takes it
+	var (
+		in    *Intent
+		noKey bool
+	)
+	if len(opts) == 0 {
+		in = new(Intent)
+	} else {
+		c, err := configure(opts)
+		if err != nil {
+			return nil, err
+		}
+		in, noKey = &c.in, c.noKey
+		c.index = nil // of no use once the options ran
 	}
 	safe := methods.Safe(method)
-	if safe && c.hasKey {
+	if safe && in.supplied {
 		return nil, fmt.Errorf("%w: %s is a safe method and carries no idempotency key", ErrInvalidIntent, method)
 	}
-	if !safe && !c.hasKey && !c.noKey {
-		c.key = newKey()
+	if !safe && !in.supplied && !noKey {
+		in.key = newKey()
 	}
-	for i := range c.header {
+	for i := range in.header {
 		// Full slices: a value appended by Client.Authorize to a request's
 		// header, which shares them, can never land in the intent's.
-		c.header[i].values = slices.Clip(c.header[i].values)
+		in.header[i].values = slices.Clip(in.header[i].values)
 	}
-	*in = Intent{
-		method:    method,
-		url:       rawURL,
-		u:         u,
-		header:    c.header,
-		key:       c.key,
-		supplied:  c.hasKey,
-		lane:      c.lane,
-		createdAt: now.Round(0),
-		policy:    c.policy,
-	}
+	in.method, in.url, in.u, in.createdAt = method, rawURL, u, now.Round(0)
 	if len(body) > 0 {
 		in.body = append([]byte(nil), body...)
 	}
 	return in, nil
 }
 
-// intentBlock is an intent and the config its options filled, allocated
-// together: an option takes the config by pointer, which would otherwise
-// cost an allocation of its own, and the intent keeps the headers the
-// config holds room for.
-type intentBlock struct {
-	in  Intent
-	cfg intentConfig
-}
-
-// configure returns a new intent, still to be filled, and the config opts
-// made for it. An intent without options, such as most GETs, is allocated
-// alone, without a config (nil).
-func configure(opts []IntentOption) (*Intent, *intentConfig, error) {
-	if len(opts) == 0 {
-		return new(Intent), nil, nil
-	}
-	b := new(intentBlock)
+// configure applies opts to a new config; an intent without options, such
+// as most GETs, needs none.
+func configure(opts []IntentOption) (*intentConfig, error) {
+	c := new(intentConfig)
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
-		if err := opt(&b.cfg); err != nil {
-			return nil, nil, err
+		if err := opt(c); err != nil {
+			return nil, err
 		}
 	}
-	return &b.in, &b.cfg, nil
+	return c, nil
 }
 
 // newKey returns a random (version 4) UUID: 122 random bits.

@@ -65,7 +65,7 @@ func TestNewIntentKeyIsFixed(t *testing.T) {
 	k := a.Key()
 	c := &Client{}
 	for range 3 { // every attempt presents the key fixed at creation
-		req, err := (&intentSender{c: c, in: a}).request(context.Background())
+		req, err := (&intentSender{c: c, in: a}).request(context.Background(), true)
 		require.NoError(t, err)
 		assert.Equal(t, k, req.Header.Get(DefaultKeyHeader))
 		assert.Equal(t, k, a.Key())
@@ -346,7 +346,7 @@ func TestIntentHeaderMerge(t *testing.T) {
 		require.NoError(t, out.UnmarshalBinary(data))
 		assert.Equal(t, want, out.Header(), "%d other headers, decoded", n)
 
-		req, err := (&intentSender{c: &Client{}, in: &out}).request(context.Background())
+		req, err := (&intentSender{c: &Client{}, in: &out}).request(context.Background(), true)
 		require.NoError(t, err)
 		for k, vs := range want {
 			assert.Equal(t, vs, req.Header[k], k)

@@ -62,8 +62,8 @@ type run struct {
 	// redirect (its CheckRedirect's error); nil when it did, or none came.
 	refused error
 	// firstRec is the recorder of the first attempt, held by the block its
-	// owner allocated for the operation; nil once taken, or when the owner
-	// has none. Later attempts make their own.
+	// owner allocated for the operation; nil once the first attempt took
+	// it. Later attempts make their own.
 	firstRec *wire.Recorder
 }
 
@@ -216,12 +216,12 @@ func (r *run) send(ctx context.Context) (*http.Response, Attempt, error) {
 		actx, cancel = context.WithCancel(ctx)
 		timer = startTimer(r.clock, r.policy.AttemptTimeout, cancel)
 	}
-	rec := r.firstRec
-	if rec == nil {
+	rec, first := r.firstRec, r.firstRec != nil
+	if !first {
 		rec = wire.New()
 	}
 	r.firstRec = nil
-	req, err := r.s.request(rec.WithContext(actx))
+	req, err := r.s.request(rec.WithContext(actx), first)
 	r.latestCtx = nil
 	if err == nil && r.s.hooked() {
 		req, err = r.s.hook(req)

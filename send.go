@@ -15,10 +15,10 @@ import (
 // as net/http's send does for Client.do: the policy loop (run) never builds a
 // request itself. An intentSender serves Client, a requestSender Transport.
 type sender interface {
-	// request returns the request of the next attempt, with ctx. An error
-	// means no attempt can be made; it wraps ErrInvalidRequest when none
-	// ever can.
-	request(ctx context.Context) (*http.Request, error)
+	// request returns the request of the next attempt, with ctx; first
+	// says it is the operation's first. An error means no attempt can be
+	// made; it wraps ErrInvalidRequest when none ever can.
+	request(ctx context.Context, first bool) (*http.Request, error)
 	// send sends one attempt's request.
 	send(req *http.Request) (*http.Response, error)
 	// hooked reports whether an OnSend hook is set; hook calls it on
@@ -41,19 +41,19 @@ func onSend(f func(*http.Request) context.Context, req *http.Request) *http.Requ
 type intentSender struct {
 	c  *Client
 	in *Intent
-	hc *http.Client
 
 	// The first attempt's URL, body reader and key value live here, in the
 	// operation's one allocation (opState): most operations take one
 	// attempt. Later attempts allocate their own, so that no attempt's
 	// request shares what net/http or a hook may still hold of another's.
-	made     bool // the first attempt's request was made
 	firstURL url.URL
 	firstBuf bytes.Reader
 	firstKey [1]string
 }
 
-func (s *intentSender) send(req *http.Request) (*http.Response, error) { return s.hc.Do(req) }
+func (s *intentSender) send(req *http.Request) (*http.Response, error) {
+	return s.c.httpClient().Do(req)
+}
 
 func (s *intentSender) hooked() bool { return s.c.OnSend != nil }
 
@@ -85,15 +85,14 @@ func (s *intentSender) keyField() (name, value string) {
 	return name, s.in.key
 }
 
-func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
+func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, error) {
 	in, c := s.in, s.c
 	var (
 		u   *url.URL
 		buf *bytes.Reader
 		kv  []string
 	)
-	if !s.made {
-		s.made = true
+	if first {
 		u, buf, kv = &s.firstURL, &s.firstBuf, s.firstKey[:]
 	} else {
 		u, buf, kv = new(url.URL), new(bytes.Reader), make([]string, 1)
@@ -191,7 +190,7 @@ func (s *requestSender) hook(req *http.Request) (*http.Request, error) {
 	return r, nil
 }
 
-func (s *requestSender) request(ctx context.Context) (*http.Request, error) {
+func (s *requestSender) request(ctx context.Context, _ bool) (*http.Request, error) {
 	if !s.used { // the caller's own body goes out on the first attempt
 		if err := checkPort(s.req.URL); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)

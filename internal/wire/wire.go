@@ -34,16 +34,21 @@ type Trace struct {
 // use, and its first WithContext must not run concurrently with another. It
 // records one attempt: a later attempt takes a Recorder of its own.
 type Recorder struct {
-	trace        httptrace.ClientTrace // its hooks set by the first WithContext
-	conns        atomic.Int32
-	wroteHeaders atomic.Bool
-	wroteRequest atomic.Bool
-	resent       atomic.Bool
-	// unanswered reports that headers went out on the current connection
-	// and no response has begun: a connection taken now is a resend. A
-	// redirect's hop begins after an answer, so it is not one.
-	unanswered atomic.Bool
+	trace httptrace.ClientTrace // its hooks set by the first WithContext
+	conns atomic.Int32
+	flags atomic.Uint32 // of the facts below
 }
+
+// The facts a Recorder holds besides its count of connections.
+const (
+	wroteHeaders uint32 = 1 << iota
+	wroteRequest
+	resent
+	// unanswered: headers went out on the current connection and no
+	// response has begun, so a connection taken now is a resend. A
+	// redirect's hop begins after an answer, so it is not one.
+	unanswered
+)
 
 // New returns a new Recorder, for a caller that has no struct to hold one.
 func New() *Recorder { return new(Recorder) }
@@ -62,40 +67,38 @@ func (r *Recorder) WithContext(ctx context.Context) context.Context {
 func (r *Recorder) init() {
 	r.trace = httptrace.ClientTrace{
 		GotConn:              r.gotConn,
-		WroteHeaders:         r.wroteHeadersHook,
+		WroteHeaders:         r.wroteHeaders,
 		GotFirstResponseByte: r.gotFirstResponseByte,
-		WroteRequest:         r.wroteRequestHook,
+		WroteRequest:         r.wroteRequest,
 	}
 }
 
 func (r *Recorder) gotConn(httptrace.GotConnInfo) {
 	// net/http waits for the failed connection's writer before it takes
 	// another, so an earlier WroteHeaders is seen here.
-	if r.unanswered.Load() {
-		r.resent.Store(true)
+	if r.flags.Load()&unanswered != 0 {
+		r.flags.Or(resent)
 	}
 	r.conns.Add(1)
 }
 
-func (r *Recorder) wroteHeadersHook() {
-	r.wroteHeaders.Store(true)
-	r.unanswered.Store(true)
-}
+func (r *Recorder) wroteHeaders() { r.flags.Or(wroteHeaders | unanswered) }
 
-func (r *Recorder) gotFirstResponseByte() { r.unanswered.Store(false) }
+func (r *Recorder) gotFirstResponseByte() { r.flags.And(^unanswered) }
 
-func (r *Recorder) wroteRequestHook(info httptrace.WroteRequestInfo) {
+func (r *Recorder) wroteRequest(info httptrace.WroteRequestInfo) {
 	if info.Err == nil {
-		r.wroteRequest.Store(true)
+		r.flags.Or(wroteRequest)
 	}
 }
 
 // Trace returns what r has recorded so far.
 func (r *Recorder) Trace() Trace {
+	f := r.flags.Load()
 	return Trace{
 		Conns:        int(r.conns.Load()),
-		WroteHeaders: r.wroteHeaders.Load(),
-		WroteRequest: r.wroteRequest.Load(),
-		Resent:       r.resent.Load(),
+		WroteHeaders: f&wroteHeaders != 0,
+		WroteRequest: f&wroteRequest != 0,
+		Resent:       f&resent != 0,
 	}
 }
