@@ -1,8 +1,8 @@
 package idem
 
 import (
-	"bytes"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,9 +49,9 @@ type Intent struct {
 	url       string
 	u         *url.URL // url parsed; copied for each request
 	header    []field  // canonical names, each once, in the order first added
-	body      []byte
+	body      string   // a string, as nothing may change it; "" for none
 	key       string
-	supplied  bool // the key came from WithKey rather than uuid.New
+	supplied  bool // the key came from WithKey rather than newKey
 	lane      string
 	createdAt time.Time
 	policy    *Policy // WithPolicy's, for Do and Resume; nil: the Client's
@@ -288,8 +288,11 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if safe && in.supplied {
 		return nil, fmt.Errorf("%w: %s is a safe method and carries no idempotency key", ErrInvalidIntent, method)
 	}
-	if !safe && !in.supplied && !noKey {
-		in.key = newKey()
+	switch {
+	case !safe && !in.supplied && !noKey:
+		in.body, in.key = bodyAndKey(body)
+	case len(body) > 0:
+		in.body = string(body)
 	}
 	for i := range in.header {
 		// Full slices: a value appended by Client.Authorize to a request's
@@ -297,9 +300,6 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 		in.header[i].values = slices.Clip(in.header[i].values)
 	}
 	in.method, in.url, in.u, in.createdAt = method, rawURL, u, now.Round(0)
-	if len(body) > 0 {
-		in.body = append([]byte(nil), body...)
-	}
 	return in, nil
 }
 
@@ -318,13 +318,32 @@ func configure(opts []IntentOption) (*intentConfig, error) {
 	return c, nil
 }
 
-// newKey returns a random (version 4) UUID: 122 random bits.
-func newKey() string {
+// bodyAndKey returns a copy of body and a new key, in one allocation: the
+// key's bytes follow the body's in one string, which nothing can change.
+func bodyAndKey(body []byte) (string, string) {
+	var k [36]byte
+	newKey(&k)
+	var b strings.Builder
+	b.Grow(len(body) + len(k))
+	b.Write(body)
+	b.Write(k[:])
+	s := b.String()
+	return s[:len(body)], s[len(body):]
+}
+
+// newKey writes a random (version 4) UUID to k, as uuid.UUID.String
+// formats it: 122 random bits.
+func newKey(k *[36]byte) {
 	var u uuid.UUID
 	_, _ = rand.Read(u[:])  // never fails: since Go 1.24 a failure crashes the program
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
-	return u.String()
+	hex.Encode(k[0:8], u[0:4])
+	hex.Encode(k[9:13], u[4:6])
+	hex.Encode(k[14:18], u[6:8])
+	hex.Encode(k[19:23], u[8:10])
+	hex.Encode(k[24:], u[10:])
+	k[8], k[13], k[18], k[23] = '-', '-', '-', '-'
 }
 
 // Method returns the request method.
@@ -349,14 +368,19 @@ func (in *Intent) Lane() string { return in.lane }
 func (in *Intent) CreatedAt() time.Time { return in.createdAt }
 
 // Body returns a copy of the body.
-func (in *Intent) Body() []byte { return slices.Clone(in.body) }
+func (in *Intent) Body() []byte {
+	if in.body == "" {
+		return nil
+	}
+	return []byte(in.body)
+}
 
 // SameOperation reports whether o asks for the same operation as in: the
 // same method, URL and body, whatever their policies (WithPolicy). A queue takes a supplied key that comes again
 // with the same operation as the record it already holds, and refuses it
 // with another (queue.ErrKeyInUse). It copies neither body.
 func (in *Intent) SameOperation(o *Intent) bool {
-	return o != nil && in.method == o.method && in.url == o.url && bytes.Equal(in.body, o.body)
+	return o != nil && in.method == o.method && in.url == o.url && in.body == o.body
 }
 
 // Header returns a copy of the intent's headers; nil when it has none.

@@ -1,12 +1,12 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/idem-go/idem/internal/anycase"
 )
@@ -47,7 +47,7 @@ type intentSender struct {
 	// attempt. Later attempts allocate their own, so that no attempt's
 	// request shares what net/http or a hook may still hold of another's.
 	firstURL url.URL
-	firstBuf bytes.Reader
+	firstBuf strings.Reader
 	firstKey [1]string
 }
 
@@ -89,13 +89,13 @@ func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, 
 	in, c := s.in, s.c
 	var (
 		u   *url.URL
-		buf *bytes.Reader
+		buf *strings.Reader
 		kv  []string
 	)
 	if first {
 		u, buf, kv = &s.firstURL, &s.firstBuf, s.firstKey[:]
 	} else {
-		u, buf, kv = new(url.URL), new(bytes.Reader), make([]string, 1)
+		u, buf, kv = new(url.URL), new(strings.Reader), make([]string, 1)
 	}
 	// From the URL the intent parsed once, as NewRequest would make it
 	// from the string, without parsing it on every attempt.
@@ -108,7 +108,7 @@ func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, 
 	for _, f := range in.header {
 		req.Header[f.name] = f.values // clipped at NewIntent: an append here copies
 	}
-	if in.body != nil {
+	if in.body != "" {
 		body := in.body
 		buf.Reset(body)
 		req.ContentLength = int64(len(body))
@@ -153,10 +153,10 @@ func checkKeyKept(h http.Header, name, key string) error {
 }
 
 // newBody is a request body over an intent's bytes. It must stay an
-// io.NopCloser around a *bytes.Reader: net/http recognises that pair as held
-// in memory and sends headers and body in one write; any other type costs a
-// separate flush of the headers.
-func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+// io.NopCloser around a *strings.Reader (or a *bytes.Reader): net/http
+// recognises that pair as held in memory and sends headers and body in one
+// write; any other type costs a separate flush of the headers.
+func newBody(b string) io.ReadCloser { return io.NopCloser(strings.NewReader(b)) }
 
 // requestSender passes a caller's request on, for Transport: the request
 // itself on the first attempt, a clone with a body from GetBody after.
