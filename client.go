@@ -245,7 +245,7 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		return nil, err
 	}
 	var r run
-	st := new(doState)
+	st := newDoState(in)
 	if err := c.initRun(&r, &st.op, ctx, in, p); err != nil {
 		return nil, err
 	}
@@ -283,6 +283,23 @@ type doState struct {
 	one oneAttempt
 }
 
+// doParts is a doState with room for the first attempt's body reader and key
+// value, for an intent with a body or a key.
+type doParts struct {
+	doState
+	parts firstParts
+}
+
+// newDoState returns the state of a Do of in, in one allocation.
+func newDoState(in *Intent) *doState {
+	if in == nil || !needsParts(in) {
+		return new(doState)
+	}
+	b := new(doParts)
+	b.op.s.first = &b.parts
+	return &b.doState
+}
+
 // oneAttempt is a Result with room for a trail of one attempt, so that the
 // success of a single attempt, the common case, needs no trail of its own.
 type oneAttempt struct {
@@ -302,7 +319,8 @@ func (r *run) result(one *oneAttempt) *Result {
 }
 
 // initRun validates the arguments of a run of in under policy p, which has
-// its defaults, and prepares r, its sender and first recorder held by st.
+// its defaults, and prepares r, its sender and first recorder held by st,
+// whose sender's room for first parts, if any, is set.
 func (c *Client) initRun(r *run, st *opState, ctx context.Context, in *Intent, p Policy) error {
 	if in == nil {
 		return fmt.Errorf("%w: nil intent", ErrInvalidIntent)
@@ -310,7 +328,7 @@ func (c *Client) initRun(r *run, st *opState, ctx context.Context, in *Intent, p
 	if ctx == nil {
 		return errors.New("idem: nil context")
 	}
-	st.s = intentSender{c: c, in: in}
+	st.s.c, st.s.in = c, in
 	*r = run{
 		runConfig: runConfig{
 			policy: p, budget: runBudget{b: c.budget.or(c.Budget), origin: originOf(in.u), m: &c.metrics}, deletePolicy: c.DeletePolicy,

@@ -42,14 +42,23 @@ type intentSender struct {
 	c  *Client
 	in *Intent
 
-	// The first attempt's URL, body reader and key value live here, in the
-	// operation's one allocation (opState): most operations take one
+	// The first attempt's URL, and its body reader and key value unless
+	// the intent has neither (first is nil then), live in the operation's
+	// one allocation (doState, tryState): most operations take one
 	// attempt. Later attempts allocate their own, so that no attempt's
 	// request shares what net/http or a hook may still hold of another's.
 	firstURL url.URL
-	firstBuf strings.Reader
-	firstKey [1]string
+	first    *firstParts
 }
+
+// firstParts are the first attempt's body reader and key value.
+type firstParts struct {
+	body strings.Reader
+	key  [1]string
+}
+
+// needsParts reports whether the requests of in need firstParts.
+func needsParts(in *Intent) bool { return in.body != "" || in.key != "" }
 
 func (s *intentSender) send(req *http.Request) (*http.Response, error) {
 	return s.c.httpClient().Do(req)
@@ -87,15 +96,9 @@ func (s *intentSender) keyField() (name, value string) {
 
 func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, error) {
 	in, c := s.in, s.c
-	var (
-		u   *url.URL
-		buf *strings.Reader
-		kv  []string
-	)
-	if first {
-		u, buf, kv = &s.firstURL, &s.firstBuf, s.firstKey[:]
-	} else {
-		u, buf, kv = new(url.URL), new(strings.Reader), make([]string, 1)
+	u, parts := &s.firstURL, s.first
+	if !first {
+		u, parts = new(url.URL), nil
 	}
 	// From the URL the intent parsed once, as NewRequest would make it
 	// from the string, without parsing it on every attempt.
@@ -110,6 +113,12 @@ func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, 
 	}
 	if in.body != "" {
 		body := in.body
+		var buf *strings.Reader
+		if parts != nil {
+			buf = &parts.body
+		} else {
+			buf = new(strings.Reader)
+		}
 		buf.Reset(body)
 		req.ContentLength = int64(len(body))
 		req.Body = io.NopCloser(buf) // as newBody makes it
@@ -119,6 +128,12 @@ func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, 
 	}
 	name, key := s.keyField()
 	if key != "" {
+		var kv []string
+		if parts != nil {
+			kv = parts.key[:]
+		} else {
+			kv = make([]string, 1)
+		}
 		kv[0] = key
 		req.Header[name] = kv[:1:1]
 	}

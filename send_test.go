@@ -20,11 +20,14 @@ type keepingTransport struct {
 }
 
 func (k *keepingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	b, err := io.ReadAll(req.Body)
-	if err != nil {
-		return nil, err
+	var b []byte
+	if req.Body != nil {
+		var err error
+		if b, err = io.ReadAll(req.Body); err != nil {
+			return nil, err
+		}
+		_ = req.Body.Close()
 	}
-	_ = req.Body.Close()
 	k.reqs, k.bodies = append(k.reqs, req), append(k.bodies, string(b))
 	status := k.answers[len(k.reqs)-1]
 	return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
@@ -35,35 +38,62 @@ func (k *keepingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // own: no two attempts share a request, URL, body reader, header or key
 // value, and every attempt reads the whole body.
 func TestDoAttemptsOwnTheirRequests(t *testing.T) {
-	const body = `{"amount":100}`
-	kt := &keepingTransport{answers: []int{503, 503, 201}}
-	c, _ := testClient(t, &http.Client{Transport: kt})
-	in := mustIntent(t, "POST", "http://api.example/pay?x=1", body, WithHeader("Content-Type", "application/json"))
-	res, err := c.Do(context.Background(), in)
-	require.NoError(t, err)
-	require.Len(t, kt.reqs, 3)
-
-	for i, req := range kt.reqs {
-		assert.Equal(t, body, kt.bodies[i], "attempt %d body", i+1)
-		assert.Equal(t, "http://api.example/pay?x=1", req.URL.String(), "attempt %d URL", i+1)
-		assert.Equal(t, "api.example", req.Host, "attempt %d Host", i+1)
-		assert.Equal(t, []string{in.Key()}, req.Header.Values(DefaultKeyHeader), "attempt %d key", i+1)
-		assert.Equal(t, int64(len(body)), req.ContentLength, "attempt %d ContentLength", i+1)
-		for j, other := range kt.reqs[:i] {
-			assert.NotSame(t, other, req, "attempts %d and %d: request", j+1, i+1)
-			assert.NotSame(t, other.URL, req.URL, "attempts %d and %d: URL", j+1, i+1)
-			assert.True(t, other.Body != req.Body, "attempts %d and %d: body", j+1, i+1) // the same reader or not
-			assert.NotEqual(t, reflect.ValueOf(other.Header).Pointer(), reflect.ValueOf(req.Header).Pointer(),
-				"attempts %d and %d: header", j+1, i+1)
-			assert.NotSame(t, &other.Header[DefaultKeyHeader][0], &req.Header[DefaultKeyHeader][0],
-				"attempts %d and %d: key value", j+1, i+1)
-		}
-		// GetBody still gives the whole body after later attempts went out.
-		rc, err := req.GetBody()
-		require.NoError(t, err)
-		b, err := io.ReadAll(rc)
-		require.NoError(t, err)
-		assert.Equal(t, body, string(b), "attempt %d GetBody", i+1)
+	for _, tc := range []struct {
+		method, body string
+	}{
+		{"POST", `{"amount":100}`}, // the operation holds a body reader and key value
+		{"GET", ""},                // it holds neither
+	} {
+		t.Run(tc.method, func(t *testing.T) {
+			kt := &keepingTransport{answers: []int{503, 503, 201}}
+			c, _ := testClient(t, &http.Client{Transport: kt})
+			in := mustIntent(t, tc.method, "http://api.example/pay?x=1", tc.body, WithHeader("Accept", "application/json"))
+			res, err := c.Do(context.Background(), in)
+			require.NoError(t, err)
+			require.Len(t, kt.reqs, 3)
+			for i, req := range kt.reqs {
+				checkAttemptRequest(t, in, i, req, kt.bodies[i])
+				for j, other := range kt.reqs[:i] {
+					assert.NotSame(t, other, req, "attempts %d and %d: request", j+1, i+1)
+					assert.NotSame(t, other.URL, req.URL, "attempts %d and %d: URL", j+1, i+1)
+					assert.NotEqual(t, reflect.ValueOf(other.Header).Pointer(), reflect.ValueOf(req.Header).Pointer(),
+						"attempts %d and %d: header", j+1, i+1)
+					if tc.body != "" {
+						assert.True(t, other.Body != req.Body, "attempts %d and %d: body", j+1, i+1) // the same reader or not
+						assert.NotSame(t, &other.Header[DefaultKeyHeader][0], &req.Header[DefaultKeyHeader][0],
+							"attempts %d and %d: key value", j+1, i+1)
+					}
+				}
+			}
+			assert.Same(t, kt.reqs[2], res.Response.Request)
+		})
 	}
-	assert.Same(t, kt.reqs[2], res.Response.Request)
+}
+
+// checkAttemptRequest checks the request of attempt i of in, whose body the
+// transport read as body, after the last attempt went out.
+func checkAttemptRequest(t *testing.T, in *Intent, i int, req *http.Request, body string) {
+	t.Helper()
+	want := string(in.Body())
+	assert.Equal(t, want, body, "attempt %d body", i+1)
+	assert.Equal(t, "http://api.example/pay?x=1", req.URL.String(), "attempt %d URL", i+1)
+	assert.Equal(t, "api.example", req.Host, "attempt %d Host", i+1)
+	assert.Equal(t, []string{"application/json"}, req.Header.Values("Accept"), "attempt %d header", i+1)
+	assert.Equal(t, int64(len(want)), req.ContentLength, "attempt %d ContentLength", i+1)
+	if in.Key() == "" {
+		assert.Empty(t, req.Header.Values(DefaultKeyHeader), "attempt %d key", i+1)
+	} else {
+		assert.Equal(t, []string{in.Key()}, req.Header.Values(DefaultKeyHeader), "attempt %d key", i+1)
+	}
+	if want == "" {
+		assert.Nil(t, req.Body, "attempt %d Body", i+1)
+		assert.Nil(t, req.GetBody, "attempt %d GetBody", i+1)
+		return
+	}
+	// GetBody still gives the whole body after later attempts went out.
+	rc, err := req.GetBody()
+	require.NoError(t, err)
+	b, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	assert.Equal(t, want, string(b), "attempt %d GetBody", i+1)
 }

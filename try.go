@@ -90,6 +90,7 @@ func (c *Client) Try(ctx context.Context, in *Intent, prior Outcome, timeout tim
 	// The caller's schedule replaces the Client's Policy: of a policy, one
 	// attempt reads only its timeout.
 	b := new(tryState)
+	b.op.s.first = &b.parts
 	r := &b.r
 	if err := c.initRun(r, &b.op, ctx, in, Policy{AttemptTimeout: timeout}); err != nil {
 		return nil, err
@@ -110,11 +111,12 @@ func (c *Client) Try(ctx context.Context, in *Intent, prior Outcome, timeout tim
 // tryState is what one Try allocates, in one block: the run, which the Step's
 // Report keeps to the end, the Step and what the run's sender holds.
 type tryState struct {
-	op   opState
-	r    run
-	ctx  context.Context // Try's, for the observers
-	step Step
-	once sync.Once // Report reports once
+	op    opState
+	parts firstParts
+	r     run
+	ctx   context.Context // Try's, for the observers
+	step  Step
+	once  sync.Once // Report reports once
 }
 
 // report is Step.Report.
