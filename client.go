@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/replay"
+	"github.com/idem-go/idem/internal/wire"
 	"github.com/idem-go/idem/redact"
 )
 
@@ -244,7 +245,8 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		return nil, err
 	}
 	var r run
-	if err := c.initRun(&r, ctx, in, p); err != nil {
+	st := newDoState(in)
+	if err := c.initRun(&r, &st.op, ctx, in, p); err != nil {
 		return nil, err
 	}
 	r.inDoubt = inDoubt
@@ -257,47 +259,85 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 		end(e.Outcome, e)
 		return nil, e
 	}
-	res := r.result()
+	res := r.result(&st.one)
 	res.Outcome, res.Replayed, res.Response = d.Outcome, replay.Replayed(ownAnswer(resp, r.method).Header), resp
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
 	end(res.Outcome, nil)
 	return res, nil
 }
 
+// opState is what a run of an intent holds for its operation: the sender
+// with the first attempt's request parts, and the first attempt's recorder.
+// Do and Try allocate it in one block with what else they keep (doState,
+// tryState), since the parts live as long as one another: the response
+// holds the request, whose context holds the recorder.
+type opState struct {
+	s   intentSender
+	rec wire.Recorder
+}
+
+// doState is what one Do allocates: its operation's state and room for the
+// Result of a single attempt, the common case.
+type doState struct {
+	op  opState
+	one oneAttempt
+}
+
+// doParts is a doState with room for the first attempt's body reader and key
+// value, for an intent with a body or a key.
+type doParts struct {
+	doState
+	parts firstParts
+}
+
+// newDoState returns the state of a Do of in, in one allocation.
+func newDoState(in *Intent) *doState {
+	if in == nil || !needsParts(in) {
+		return new(doState)
+	}
+	b := new(doParts)
+	b.op.s.first = &b.parts
+	return &b.doState
+}
+
 // oneAttempt is a Result with room for a trail of one attempt, so that the
-// success of a single attempt, the common case, allocates both at once.
+// success of a single attempt, the common case, needs no trail of its own.
 type oneAttempt struct {
 	Result
 	trail [1]Attempt
 }
 
-// result returns a Result holding r's trail.
-func (r *run) result() *Result {
+// result returns a Result holding r's trail, in one when the trail is of
+// one attempt.
+func (r *run) result(one *oneAttempt) *Result {
 	if r.n != 1 {
 		return &Result{Attempts: r.trail()}
 	}
-	o := &oneAttempt{trail: [1]Attempt{r.latest}}
-	o.Attempts = o.trail[:]
-	return &o.Result
+	one.trail = [1]Attempt{r.latest}
+	one.Attempts = one.trail[:]
+	return &one.Result
 }
 
 // initRun validates the arguments of a run of in under policy p, which has
-// its defaults, and prepares r.
-func (c *Client) initRun(r *run, ctx context.Context, in *Intent, p Policy) error {
+// its defaults, and prepares r, its sender and first recorder held by st,
+// whose sender's room for first parts, if any, is set.
+func (c *Client) initRun(r *run, st *opState, ctx context.Context, in *Intent, p Policy) error {
 	if in == nil {
 		return fmt.Errorf("%w: nil intent", ErrInvalidIntent)
 	}
 	if ctx == nil {
 		return errors.New("idem: nil context")
 	}
+	st.s.c, st.s.in = c, in
 	*r = run{
 		runConfig: runConfig{
 			policy: p, budget: runBudget{b: c.budget.or(c.Budget), origin: originOf(in.u), m: &c.metrics}, deletePolicy: c.DeletePolicy,
 			clock: clockOr(c.clock), rand: c.rand,
 			obs: observer{m: &c.metrics, logger: c.Logger, hook: c.OnAttempt, onOperation: c.OnOperation},
 		},
-		s:      &intentSender{c: c, in: in, hc: c.httpClient()},
+		s:      &st.s,
 		method: in.method, url: in.url, hasKey: in.key != "", origin: in.u,
+		firstRec: &st.rec,
 	}
 	return nil
 }

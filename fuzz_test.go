@@ -47,7 +47,7 @@ func FuzzValidateKey(f *testing.F) {
 		}
 		for _, sf := range []bool{false, true} {
 			c := &Client{KeySFString: sf}
-			req, err := (&intentSender{c: c, in: in}).request(context.Background())
+			req, err := (&intentSender{c: c, in: in}).request(context.Background(), true)
 			if err != nil {
 				t.Fatalf("request with key %q: %v", key, err)
 			}

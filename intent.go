@@ -1,8 +1,8 @@
 package idem
 
 import (
-	"bytes"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,9 +49,9 @@ type Intent struct {
 	url       string
 	u         *url.URL // url parsed; copied for each request
 	header    []field  // canonical names, each once, in the order first added
-	body      []byte
+	body      string   // a string, as nothing may change it; "" for none
 	key       string
-	supplied  bool // the key came from WithKey rather than uuid.New
+	supplied  bool // the key came from WithKey rather than newKey
 	lane      string
 	createdAt time.Time
 	policy    *Policy // WithPolicy's, for Do and Resume; nil: the Client's
@@ -60,15 +60,31 @@ type Intent struct {
 // IntentOption configures NewIntent.
 type IntentOption func(*intentConfig) error
 
+// intentConfig is an intent being made by its options, and what they need
+// besides. An option takes it by pointer, so it is allocated: NewIntent
+// returns the intent it holds, which keeps the config's room for the first
+// headers, so that one allocation serves the intent, its options and its
+// first headers.
 type intentConfig struct {
-	key         string
-	hasKey      bool
+	in          Intent // key, supplied, header, lane and policy as set
 	noKey       bool
-	header      []field
+	values      uint8          // of valueRoom used
 	index       map[string]int // position in header by name, once there are many
 	headerBytes int
-	lane        string
-	policy      *Policy
+
+	fieldRoom [2]field
+	valueRoom [2]string
+}
+
+// oneValue returns a full slice of v alone, from valueRoom while it lasts.
+func (c *intentConfig) oneValue(v string) []string {
+	if int(c.values) == len(c.valueRoom) {
+		return []string{v}
+	}
+	i := c.values
+	c.values++
+	c.valueRoom[i] = v
+	return c.valueRoom[i : i+1 : i+1]
 }
 
 // WithKey supplies the idempotency key instead of generating one; use it when
@@ -81,7 +97,7 @@ func WithKey(key string) IntentOption {
 		if err := validateKey(key); err != nil {
 			return err
 		}
-		c.key, c.hasKey, c.noKey = key, true, false
+		c.in.key, c.in.supplied, c.noKey = key, true, false
 		return nil
 	}
 }
@@ -92,7 +108,7 @@ func WithKey(key string) IntentOption {
 // retried (ErrNoKey): nothing would stop the server applying it twice.
 func WithoutKey() IntentOption {
 	return func(c *intentConfig) error {
-		c.key, c.hasKey, c.noKey = "", false, true
+		c.in.key, c.in.supplied, c.noKey = "", false, true
 		return nil
 	}
 }
@@ -112,7 +128,7 @@ func WithHeader(name, value string) IntentOption {
 		if err := c.addHeaderBytes(len(name) + len(value) + 4); err != nil {
 			return err
 		}
-		c.addHeader(http.CanonicalHeaderKey(name), []string{value})
+		c.addHeader(http.CanonicalHeaderKey(name), c.oneValue(value))
 		return nil
 	}
 }
@@ -140,24 +156,27 @@ func (c *intentConfig) addHeader(canon string, values []string) {
 			i = j
 		}
 	} else {
-		for j := range c.header {
-			if c.header[j].name == canon {
+		for j := range c.in.header {
+			if c.in.header[j].name == canon {
 				i = j
 				break
 			}
 		}
 	}
 	if i >= 0 {
-		c.header[i].values = append(c.header[i].values, values...)
+		c.in.header[i].values = append(c.in.header[i].values, values...)
 		return
 	}
-	c.header = append(c.header, field{name: canon, values: values})
+	if c.in.header == nil {
+		c.in.header = c.fieldRoom[:0]
+	}
+	c.in.header = append(c.in.header, field{name: canon, values: values})
 	switch {
 	case c.index != nil:
-		c.index[canon] = len(c.header) - 1
-	case len(c.header) > maxScan:
-		c.index = make(map[string]int, 2*len(c.header))
-		for j, f := range c.header {
+		c.index[canon] = len(c.in.header) - 1
+	case len(c.in.header) > maxScan:
+		c.index = make(map[string]int, 2*len(c.in.header))
+		for j, f := range c.in.header {
 			c.index[f.name] = j
 		}
 	}
@@ -204,7 +223,7 @@ func WithLane(lane string) IntentOption {
 		if len(lane) > maxLaneLen {
 			return fmt.Errorf("%w: lane is %d bytes, limit %d", ErrInvalidIntent, len(lane), maxLaneLen)
 		}
-		c.lane = lane
+		c.in.lane = lane
 		return nil
 	}
 }
@@ -224,7 +243,7 @@ func WithPolicy(p Policy) IntentOption {
 		if _, err := p.withDefaults(); err != nil {
 			return err
 		}
-		c.policy = &p
+		c.in.policy = &p
 		return nil
 	}
 }
@@ -251,64 +270,80 @@ func newIntent(method, rawURL string, body []byte, now time.Time, opts []IntentO
 	if len(body) > MaxBodyBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(body), MaxBodyBytes)
 	}
-	c, err := configure(opts)
-	if err != nil {
-		return nil, err
+	var (
+		in    *Intent
+		noKey bool
+	)
+	if len(opts) == 0 {
+		in = new(Intent)
+	} else {
+		c, err := configure(opts)
+		if err != nil {
+			return nil, err
+		}
+		in, noKey = &c.in, c.noKey
+		c.index = nil // of no use once the options ran
 	}
 	safe := methods.Safe(method)
-	if safe && c.hasKey {
+	if safe && in.supplied {
 		return nil, fmt.Errorf("%w: %s is a safe method and carries no idempotency key", ErrInvalidIntent, method)
 	}
-	if !safe && !c.hasKey && !c.noKey {
-		c.key = newKey()
+	switch {
+	case !safe && !in.supplied && !noKey:
+		in.body, in.key = bodyAndKey(body)
+	case len(body) > 0:
+		in.body = string(body)
 	}
-	for i := range c.header {
+	for i := range in.header {
 		// Full slices: a value appended by Client.Authorize to a request's
 		// header, which shares them, can never land in the intent's.
-		c.header[i].values = slices.Clip(c.header[i].values)
+		in.header[i].values = slices.Clip(in.header[i].values)
 	}
-	in := &Intent{
-		method:    method,
-		url:       rawURL,
-		u:         u,
-		header:    c.header,
-		key:       c.key,
-		supplied:  c.hasKey,
-		lane:      c.lane,
-		createdAt: now.Round(0),
-		policy:    c.policy,
-	}
-	if len(body) > 0 {
-		in.body = append([]byte(nil), body...)
-	}
+	in.method, in.url, in.u, in.createdAt = method, rawURL, u, now.Round(0)
 	return in, nil
 }
 
-// configure applies opts. An option takes a pointer, so the config it fills
-// is allocated; an intent without options, such as most GETs, skips that.
-func configure(opts []IntentOption) (intentConfig, error) {
-	if len(opts) == 0 {
-		return intentConfig{}, nil
-	}
-	var c intentConfig
+// configure applies opts to a new config; an intent without options, such
+// as most GETs, needs none.
+func configure(opts []IntentOption) (*intentConfig, error) {
+	c := new(intentConfig)
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
-		if err := opt(&c); err != nil {
-			return intentConfig{}, err
+		if err := opt(c); err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// newKey returns a random (version 4) UUID: 122 random bits.
-func newKey() string {
+// bodyAndKey returns a copy of body and a new key, in one allocation: the
+// key's bytes follow the body's in one string, which nothing can change.
+func bodyAndKey(body []byte) (string, string) {
+	var k [36]byte
+	newKey(&k)
+	var b strings.Builder
+	b.Grow(len(body) + len(k))
+	b.Write(body)
+	b.Write(k[:])
+	s := b.String()
+	return s[:len(body)], s[len(body):]
+}
+
+// newKey writes a random (version 4) UUID to k, as uuid.UUID.String
+// formats it: 122 random bits.
+func newKey(k *[36]byte) {
 	var u uuid.UUID
 	_, _ = rand.Read(u[:])  // never fails: since Go 1.24 a failure crashes the program
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
-	return u.String()
+	hex.Encode(k[0:8], u[0:4])
+	hex.Encode(k[9:13], u[4:6])
+	hex.Encode(k[14:18], u[6:8])
+	hex.Encode(k[19:23], u[8:10])
+	hex.Encode(k[24:], u[10:])
+	k[8], k[13], k[18], k[23] = '-', '-', '-', '-'
 }
 
 // Method returns the request method.
@@ -333,14 +368,19 @@ func (in *Intent) Lane() string { return in.lane }
 func (in *Intent) CreatedAt() time.Time { return in.createdAt }
 
 // Body returns a copy of the body.
-func (in *Intent) Body() []byte { return slices.Clone(in.body) }
+func (in *Intent) Body() []byte {
+	if in.body == "" {
+		return nil
+	}
+	return []byte(in.body)
+}
 
 // SameOperation reports whether o asks for the same operation as in: the
 // same method, URL and body, whatever their policies (WithPolicy). A queue takes a supplied key that comes again
 // with the same operation as the record it already holds, and refuses it
 // with another (queue.ErrKeyInUse). It copies neither body.
 func (in *Intent) SameOperation(o *Intent) bool {
-	return o != nil && in.method == o.method && in.url == o.url && bytes.Equal(in.body, o.body)
+	return o != nil && in.method == o.method && in.url == o.url && in.body == o.body
 }
 
 // Header returns a copy of the intent's headers; nil when it has none.

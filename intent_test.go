@@ -56,6 +56,28 @@ func TestNewIntentKeys(t *testing.T) {
 	}
 }
 
+// TestNewIntentBodyAndKey: a generated key, made in one string with the
+// body, is a version 4 UUID written as package uuid writes one, and leaves
+// the body as given, with or without one.
+func TestNewIntentBodyAndKey(t *testing.T) {
+	seen := map[string]bool{}
+	for _, body := range []string{"", "x", `{"amount":100}`, strings.Repeat("b", 1000)} {
+		for range 20 {
+			in, err := NewIntent("POST", "https://api.example/pay", []byte(body))
+			require.NoError(t, err)
+			assert.Equal(t, body, string(in.Body()))
+			assert.Equal(t, body == "", in.Body() == nil, "Body is nil for no body")
+			u, err := uuid.Parse(in.Key())
+			require.NoError(t, err, "key %q", in.Key())
+			assert.Equal(t, u.String(), in.Key())
+			assert.Equal(t, uuid.Version(4), u.Version())
+			assert.Equal(t, uuid.RFC4122, u.Variant())
+			assert.False(t, seen[in.Key()], "key %q twice", in.Key())
+			seen[in.Key()] = true
+		}
+	}
+}
+
 func TestNewIntentKeyIsFixed(t *testing.T) {
 	a, err := NewIntent("POST", "https://api.example/pay", []byte(`{}`))
 	require.NoError(t, err)
@@ -65,7 +87,7 @@ func TestNewIntentKeyIsFixed(t *testing.T) {
 	k := a.Key()
 	c := &Client{}
 	for range 3 { // every attempt presents the key fixed at creation
-		req, err := (&intentSender{c: c, in: a}).request(context.Background())
+		req, err := (&intentSender{c: c, in: a}).request(context.Background(), true)
 		require.NoError(t, err)
 		assert.Equal(t, k, req.Header.Get(DefaultKeyHeader))
 		assert.Equal(t, k, a.Key())
@@ -346,7 +368,7 @@ func TestIntentHeaderMerge(t *testing.T) {
 		require.NoError(t, out.UnmarshalBinary(data))
 		assert.Equal(t, want, out.Header(), "%d other headers, decoded", n)
 
-		req, err := (&intentSender{c: &Client{}, in: &out}).request(context.Background())
+		req, err := (&intentSender{c: &Client{}, in: &out}).request(context.Background(), true)
 		require.NoError(t, err)
 		for k, vs := range want {
 			assert.Equal(t, vs, req.Header[k], k)

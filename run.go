@@ -61,6 +61,10 @@ type run struct {
 	// refused is why the http.Client did not follow the latest attempt's
 	// redirect (its CheckRedirect's error); nil when it did, or none came.
 	refused error
+	// firstRec is the recorder of the first attempt, held by the block its
+	// owner allocated for the operation; nil once the first attempt took
+	// it. Later attempts make their own.
+	firstRec *wire.Recorder
 }
 
 // trail returns a copy of the attempts so far, first attempt first; nil
@@ -212,8 +216,12 @@ func (r *run) send(ctx context.Context) (*http.Response, Attempt, error) {
 		actx, cancel = context.WithCancel(ctx)
 		timer = startTimer(r.clock, r.policy.AttemptTimeout, cancel)
 	}
-	rec := wire.New()
-	req, err := r.s.request(rec.WithContext(actx))
+	rec, first := r.firstRec, r.firstRec != nil
+	if !first {
+		rec = wire.New()
+	}
+	r.firstRec = nil
+	req, err := r.s.request(rec.WithContext(actx), first)
 	r.latestCtx = nil
 	if err == nil && r.s.hooked() {
 		req, err = r.s.hook(req)

@@ -1,11 +1,12 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/idem-go/idem/internal/anycase"
 )
@@ -14,10 +15,10 @@ import (
 // as net/http's send does for Client.do: the policy loop (run) never builds a
 // request itself. An intentSender serves Client, a requestSender Transport.
 type sender interface {
-	// request returns the request of the next attempt, with ctx. An error
-	// means no attempt can be made; it wraps ErrInvalidRequest when none
-	// ever can.
-	request(ctx context.Context) (*http.Request, error)
+	// request returns the request of the next attempt, with ctx; first
+	// says it is the operation's first. An error means no attempt can be
+	// made; it wraps ErrInvalidRequest when none ever can.
+	request(ctx context.Context, first bool) (*http.Request, error)
 	// send sends one attempt's request.
 	send(req *http.Request) (*http.Response, error)
 	// hooked reports whether an OnSend hook is set; hook calls it on
@@ -40,10 +41,28 @@ func onSend(f func(*http.Request) context.Context, req *http.Request) *http.Requ
 type intentSender struct {
 	c  *Client
 	in *Intent
-	hc *http.Client
+
+	// The first attempt's URL, and its body reader and key value unless
+	// the intent has neither (first is nil then), live in the operation's
+	// one allocation (doState, tryState): most operations take one
+	// attempt. Later attempts allocate their own, so that no attempt's
+	// request shares what net/http or a hook may still hold of another's.
+	firstURL url.URL
+	first    *firstParts
 }
 
-func (s *intentSender) send(req *http.Request) (*http.Response, error) { return s.hc.Do(req) }
+// firstParts are the first attempt's body reader and key value.
+type firstParts struct {
+	body strings.Reader
+	key  [1]string
+}
+
+// needsParts reports whether the requests of in need firstParts.
+func needsParts(in *Intent) bool { return in.body != "" || in.key != "" }
+
+func (s *intentSender) send(req *http.Request) (*http.Response, error) {
+	return s.c.httpClient().Do(req)
+}
 
 func (s *intentSender) hooked() bool { return s.c.OnSend != nil }
 
@@ -75,31 +94,48 @@ func (s *intentSender) keyField() (name, value string) {
 	return name, s.in.key
 }
 
-func (s *intentSender) request(ctx context.Context) (*http.Request, error) {
+func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, error) {
 	in, c := s.in, s.c
-	// From the URL the intent parsed once: given the URL, NewRequest would
-	// parse it again on every attempt. Given "", it parses nothing and
-	// allocates the URL this copies the intent's into.
-	req, err := http.NewRequestWithContext(ctx, in.method, "", nil)
-	if err != nil {
-		return nil, fmt.Errorf("idem: building request: %w", err)
+	u, parts := &s.firstURL, s.first
+	if !first {
+		u, parts = new(url.URL), nil
 	}
-	*req.URL = *in.u
-	req.Host = in.u.Host
+	// From the URL the intent parsed once, as NewRequest would make it
+	// from the string, without parsing it on every attempt.
+	*u = *in.u
+	req := (&http.Request{
+		Method: in.method, URL: u, Host: u.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, len(in.header)+1),
+	}).WithContext(ctx)
 	for _, f := range in.header {
 		req.Header[f.name] = f.values // clipped at NewIntent: an append here copies
 	}
-	if in.body != nil {
+	if in.body != "" {
 		body := in.body
+		var buf *strings.Reader
+		if parts != nil {
+			buf = &parts.body
+		} else {
+			buf = new(strings.Reader)
+		}
+		buf.Reset(body)
 		req.ContentLength = int64(len(body))
-		req.Body = newBody(body)
+		req.Body = io.NopCloser(buf) // as newBody makes it
 		// GetBody lets net/http follow a 307 or 308 with the body, as it
 		// does for NewRequest's bodies.
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(body), nil }
 	}
 	name, key := s.keyField()
 	if key != "" {
-		req.Header[name] = []string{key}
+		var kv []string
+		if parts != nil {
+			kv = parts.key[:]
+		} else {
+			kv = make([]string, 1)
+		}
+		kv[0] = key
+		req.Header[name] = kv[:1:1]
 	}
 	if c.Authorize != nil {
 		if err := c.Authorize(ctx, req); err != nil {
@@ -132,10 +168,10 @@ func checkKeyKept(h http.Header, name, key string) error {
 }
 
 // newBody is a request body over an intent's bytes. It must stay an
-// io.NopCloser around a *bytes.Reader: net/http recognises that pair as held
-// in memory and sends headers and body in one write; any other type costs a
-// separate flush of the headers.
-func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+// io.NopCloser around a *strings.Reader (or a *bytes.Reader): net/http
+// recognises that pair as held in memory and sends headers and body in one
+// write; any other type costs a separate flush of the headers.
+func newBody(b string) io.ReadCloser { return io.NopCloser(strings.NewReader(b)) }
 
 // requestSender passes a caller's request on, for Transport: the request
 // itself on the first attempt, a clone with a body from GetBody after.
@@ -169,7 +205,7 @@ func (s *requestSender) hook(req *http.Request) (*http.Request, error) {
 	return r, nil
 }
 
-func (s *requestSender) request(ctx context.Context) (*http.Request, error) {
+func (s *requestSender) request(ctx context.Context, _ bool) (*http.Request, error) {
 	if !s.used { // the caller's own body goes out on the first attempt
 		if err := checkPort(s.req.URL); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/internal/anycase"
 	"github.com/idem-go/idem/internal/methods"
 	"github.com/idem-go/idem/internal/replay"
+	"github.com/idem-go/idem/internal/wire"
 )
 
 // Transport is an http.RoundTripper that gives an existing *http.Client,
@@ -100,14 +101,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	s := &requestSender{base: base, req: req, onSend: t.OnSend}
+	// The sender and the first attempt's recorder in one allocation.
+	st := &struct {
+		s   requestSender
+		rec wire.Recorder
+	}{s: requestSender{base: base, req: req, onSend: t.OnSend}}
+	s := &st.s
 	r := run{
 		runConfig: runConfig{
 			policy: p, budget: runBudget{b: t.budget.or(t.Budget), origin: originOf(req.URL), m: &t.metrics}, deletePolicy: t.DeletePolicy,
 			clock: clockOr(t.clock), rand: t.rand,
 			obs: observer{m: &t.metrics, logger: t.Logger, hook: t.OnAttempt, onOperation: t.OnOperation},
 		},
-		s: s, method: req.Method,
+		s: s, method: req.Method, firstRec: &st.rec,
 	}
 	key := t.key(req)
 	r.hasKey = key != ""

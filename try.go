@@ -89,8 +89,10 @@ func (c *Client) Try(ctx context.Context, in *Intent, prior Outcome, timeout tim
 	}
 	// The caller's schedule replaces the Client's Policy: of a policy, one
 	// attempt reads only its timeout.
-	var r run
-	if err := c.initRun(&r, ctx, in, Policy{AttemptTimeout: timeout}); err != nil {
+	b := new(tryState)
+	b.op.s.first = &b.parts
+	r := &b.r
+	if err := c.initRun(r, &b.op, ctx, in, Policy{AttemptTimeout: timeout}); err != nil {
 		return nil, err
 	}
 	r.inDoubt = prior == Unknown
@@ -98,16 +100,29 @@ func (c *Client) Try(ctx context.Context, in *Intent, prior Outcome, timeout tim
 	if err != nil {
 		return nil, err
 	}
-	var once sync.Once
-	step := &Step{
+	b.ctx = ctx
+	b.step = Step{
 		Attempt: r.latest, Action: d.Action, Outcome: d.Outcome, InDoubt: d.InDoubt,
-		Reason: d.Reason, Cause: d.Cause, Response: resp, N: 1,
+		Reason: d.Reason, Cause: d.Cause, Response: resp, N: 1, Report: b.report,
 	}
-	step.Report = func(action Action, wait time.Duration) {
-		once.Do(func() {
-			r.latest.Wait, r.n = wait, max(step.N, 1)
-			r.obs.reportAttempt(ctx, &r, action)
-		})
-	}
-	return step, nil
+	return &b.step, nil
+}
+
+// tryState is what one Try allocates, in one block: the run, which the Step's
+// Report keeps to the end, the Step and what the run's sender holds.
+type tryState struct {
+	op    opState
+	parts firstParts
+	r     run
+	ctx   context.Context // Try's, for the observers
+	step  Step
+	once  sync.Once // Report reports once
+}
+
+// report is Step.Report.
+func (b *tryState) report(action Action, wait time.Duration) {
+	b.once.Do(func() {
+		b.r.latest.Wait, b.r.n = wait, max(b.step.N, 1)
+		b.r.obs.reportAttempt(b.ctx, &b.r, action)
+	})
 }

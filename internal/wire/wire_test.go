@@ -150,3 +150,21 @@ func TestRecorderRedirectIsNotResent(t *testing.T) {
 	assert.Equal(t, 404, resp.StatusCode)
 	assert.Equal(t, Trace{Conns: 2, WroteHeaders: true, WroteRequest: true}, rec.Trace())
 }
+
+// TestRecorderZeroValue: a Recorder held in another struct, never made by
+// New, records an attempt as one from New does.
+func TestRecorderZeroValue(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	defer srv.Close()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	var holder struct {
+		n   int
+		rec Recorder
+	}
+	req := httptestRequest(t, holder.rec.WithContext(context.Background()), "POST", srv.URL, "x")
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, Trace{Conns: 1, WroteHeaders: true, WroteRequest: true}, holder.rec.Trace())
+}
