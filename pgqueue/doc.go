@@ -144,19 +144,23 @@
 //
 // # Statements
 //
-// A record drained alone costs five statements, each its own round trip
-// and transaction: take the lane, read its head, lease the head, settle
-// it, give the lane back. A lane with more records costs fewer: reading
-// the head reads the record after it too, and settling a record that was
-// answered at once leases that next one in the same statement (a
-// statement of CTEs: settle, lease, read the following record ahead),
-// after which it is sent without giving the lane back. The lease is made
-// only if the record read ahead is still, at the same row version (xmin),
-// the lane's next pending record; otherwise the settle lands alone and the
-// worker reads the head again. The queue gives the lane back after 16
-// records in a row so that other lanes have their turn, so a steady drain
-// of one lane costs about 1.25 statements a record (20 for 16). After a
-// crash either both the settle and the lease are in the tables or neither.
+// Each statement is its own round trip and transaction. Taking due lanes
+// is one statement for as many lanes as the queue has free workers, and
+// it reads each lane's head and the record after it. A worker then leases
+// the head, sends it, and settles it. Settling a record that was answered
+// at once leases the next one, read ahead, in the same statement (a
+// statement of CTEs: settle, lease, read the following record ahead), after
+// which it is sent without giving the lane back. The lease is made only if
+// the record read ahead is still, at the same row version (xmin), the
+// lane's next pending record; otherwise the settle lands alone and the
+// worker reads the head again. Settling a lane's last record, as read,
+// gives the lane back and takes the lane due first for the same worker in
+// that statement, so a worker goes from lane to lane without a take of its
+// own. A steady drain of one lane costs about 1.2 statements a record (the
+// queue gives a lane back after 16 in a row so that others have their
+// turn), lanes of one record each about 2: the lease and the settle. After
+// a crash either both the settle and the lease are in the tables or
+// neither.
 //
 // # Fencing
 //
