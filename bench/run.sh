@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark of bench/ in full, writes the raw output under
 # results/<UTC time>/, compares with benchstat and prints the ratios the
-# project is judged on. About 25 minutes on 2 cores, most of it the outage
-# windows and the 1M-record prefill.
+# project is judged on. About 35 minutes on 2 cores, most of it the outage
+# windows, the fleet under latency and the 1M-record prefill.
 #
 # Each comparison runs in rounds: one process per round runs every client (or
 # implementation, or depth) once, so that drift and noise from the rest of the
@@ -24,9 +24,12 @@
 #                    postgresql package) its rows say n/a. It also runs
 #                    BenchmarkFleetTx and BenchmarkFleetLatency (bench/):
 #                    pgqueue beside River and the bbolt queue, through
-#                    latency proxies (about 4 minutes a round)
+#                    latency proxies (about 3 minutes a round)
 #   FLEET_COUNT=3    rounds of BenchmarkFleetTx and BenchmarkFleetLatency
-#   FLEET_N=2000     intents each drain of BenchmarkFleetLatency works
+#   FLEET_N=5000     intents each drain of BenchmarkFleetLatency works: at
+#                    2,000, three replicas' 2.7 s drain at 2 ms/20 ms was
+#                    much start and last lanes' tails (2.28x one replica;
+#                    2.69x at 6,000)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -36,7 +39,7 @@ OUTAGE=${OUTAGE:-10s}
 DEPTHS=${DEPTHS:-1k,100k,1M}
 PROFILES=${PROFILES:-1}
 FLEET_COUNT=${FLEET_COUNT:-3}
-FLEET_N=${FLEET_N:-2000}
+FLEET_N=${FLEET_N:-5000}
 PHASES=" ${PHASES:-overhead clientcost enqueue depth drain fault outage fleet} "
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
