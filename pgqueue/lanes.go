@@ -148,15 +148,29 @@ func takeCTEs(token, leaseUS, busy, known int, limit, cond string) string {
 const takenColumns = `t.name, (SELECT tail FROM idem_queue_lanes x WHERE x.name = t.name),
 		r.id, r.enqueued_at, r.record, n.id, n.enqueued_at, n.record, n.xmin::text`
 
+// headSQL reads lane $1's tail, head and the record after the head, and
+// the tables' version, if the lane is still held under token $2.
+var headSQL = `SELECT l.tail, r.id, r.enqueued_at, r.record,
+		(SELECT coalesce(max(version), 0) FROM idem_queue_migrations),
+		n.id, n.enqueued_at, n.record, n.xmin::text FROM idem_queue_lanes l
+	` + headJoins("l") + `
+	WHERE l.name = $1 AND l.owner = $2`
+
 // takenJoins read the head of each lane taken, and the record after it.
-const takenJoins = `LEFT JOIN LATERAL (
+var takenJoins = headJoins("t")
+
+// headJoins read r, the head of the lane named by the column name of the
+// row alias, and n, the record after it.
+func headJoins(alias string) string {
+	return `LEFT JOIN LATERAL (
 		SELECT id, enqueued_at, record FROM idem_queue_records
-		WHERE lane = t.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
+		WHERE lane = ` + alias + `.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
 	) r ON true
 	LEFT JOIN LATERAL (
 		SELECT id, enqueued_at, record, xmin FROM idem_queue_records
-		WHERE lane = t.name AND state <= 2 AND id <> r.id ORDER BY coalesce(pos, id) LIMIT 1
+		WHERE lane = ` + alias + `.name AND state <= 2 AND id <> r.id ORDER BY coalesce(pos, id) LIMIT 1
 	) n ON true`
+}
 
 // dest returns where to scan takenColumns.
 func (t *takenRow) dest() []any {
@@ -299,18 +313,7 @@ func (st *store) head(ctx context.Context, lane string) (r *queue.Record, data [
 		defer cancel()
 		// The record after the head comes too, for SettleLeaseNext to lease
 		// with the head's settle.
-		err = st.pool.QueryRow(octx, `SELECT l.tail, r.id, r.enqueued_at, r.record,
-				(SELECT coalesce(max(version), 0) FROM idem_queue_migrations),
-				n.id, n.enqueued_at, n.record, n.xmin::text FROM idem_queue_lanes l
-			LEFT JOIN LATERAL (
-				SELECT id, enqueued_at, record FROM idem_queue_records
-				WHERE lane = l.name AND state <= 2 ORDER BY coalesce(pos, id) LIMIT 1
-			) r ON true
-			LEFT JOIN LATERAL (
-				SELECT id, enqueued_at, record, xmin FROM idem_queue_records
-				WHERE lane = l.name AND state <= 2 AND id <> r.id ORDER BY coalesce(pos, id) LIMIT 1
-			) n ON true
-			WHERE l.name = $1 AND l.owner = $2`, lane, t.token).Scan(&h.tail, &h.id, &h.enqueued, &h.data, &version,
+		err = st.pool.QueryRow(octx, headSQL, lane, t.token).Scan(&h.tail, &h.id, &h.enqueued, &h.data, &version,
 			&h.next.id, &h.next.enqueued, &h.next.data, &h.next.xmin)
 		if errors.Is(err, pgx.ErrNoRows) { // taken over: not this replica's lane now
 			return nil, nil, nil

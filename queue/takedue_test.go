@@ -30,13 +30,11 @@ func (s *takeLog) TakeDue(ctx context.Context, now time.Time, n int) ([]string, 
 	return lanes, wait, err
 }
 
-// TestDispatchTakesSeveralLanes: with four workers free and four lanes due,
-// one TakeDue takes the four, so that a store on a network pays one round
-// trip for them, not four.
-func TestDispatchTakesSeveralLanes(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) }))
-	t.Cleanup(srv.Close)
-	opts := Options{idle: 5 * time.Millisecond, rand: func() float64 { return 0.5 }, Workers: 4, Client: &idem.Client{}}
+// wrappedQueue returns a queue of workers on a bbolt store in a temporary
+// folder, wrapped by wrap, closed when the test ends.
+func wrappedQueue(t *testing.T, workers int, wrap func(Store) Store) *Queue {
+	t.Helper()
+	opts := Options{idle: 5 * time.Millisecond, rand: func() float64 { return 0.5 }, Workers: workers, Client: &idem.Client{}}
 	o, err := opts.withDefaults()
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "q.db")
@@ -44,10 +42,20 @@ func TestDispatchTakesSeveralLanes(t *testing.T) {
 	require.NoError(t, err)
 	bs, err := openBolt(path, o, lf)
 	require.NoError(t, err)
-	st := &takeLog{Store: bs}
-	q, err := New(st, opts)
+	q, err := New(wrap(bs), opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+// TestDispatchTakesSeveralLanes: with four workers free and four lanes due,
+// one TakeDue takes the four, so that a store on a network pays one round
+// trip for them, not four.
+func TestDispatchTakesSeveralLanes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) }))
+	t.Cleanup(srv.Close)
+	st := &takeLog{}
+	q := wrappedQueue(t, 4, func(bs Store) Store { st.Store = bs; return st })
 	ctx := waitCtx(t)
 	var ids []ID
 	for i, l := range []string{"a", "b", "c", "d"} {
@@ -136,18 +144,11 @@ func TestWorkerTakesTheLaneHandedOver(t *testing.T) {
 		w.WriteHeader(201)
 	}))
 	t.Cleanup(srv.Close)
-	opts := Options{idle: 5 * time.Millisecond, rand: func() float64 { return 0.5 }, Workers: 1, Client: &idem.Client{}}
-	o, err := opts.withDefaults()
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "q.db")
-	lf, err := lock(path, o)
-	require.NoError(t, err)
-	bs, err := openBolt(path, o, lf)
-	require.NoError(t, err)
-	st := &handoffStore{Store: &takeLog{Store: bs}, handed: map[string]string{}}
-	q, err := New(st, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { q.Close() })
+	var st *handoffStore
+	q := wrappedQueue(t, 1, func(bs Store) Store {
+		st = &handoffStore{Store: &takeLog{Store: bs}, handed: map[string]string{}}
+		return st
+	})
 	ctx := waitCtx(t)
 	var ids []ID
 	for i, l := range []string{"a", "b"} {
