@@ -125,9 +125,9 @@ func takeDueSQLFmt(limit string) string {
 
 // takeCTEs are the common table expressions v, the tables' version, c,
 // the due lanes, and t, those taken: up to limit (a number written out or
-// a parameter) due lanes held by no live
-// lease and not among $busy are taken for $token for $leaseUS microseconds,
-// if the tables are not newer than $known and cond, an SQL condition, holds.
+// a parameter) due lanes held by no live lease and not among $busy are
+// taken for $token for $leaseUS microseconds, if the tables are not newer
+// than $known and cond, an SQL condition, holds.
 func takeCTEs(token, leaseUS, busy, known int, limit, cond string) string {
 	return fmt.Sprintf(`v AS (
 		SELECT coalesce(max(version), 0) AS version FROM idem_queue_migrations
@@ -144,7 +144,7 @@ func takeCTEs(token, leaseUS, busy, known int, limit, cond string) string {
 
 // takenColumns are, for a lane taken (t), its name, then its tail, head (r)
 // and the record after the head (n) as the statement's snapshot has them
-// (takenJoins), scanned by takenRow.scan.
+// (takenJoins), scanned by takenRow.dest.
 const takenColumns = `t.name, (SELECT tail FROM idem_queue_lanes x WHERE x.name = t.name),
 		r.id, r.enqueued_at, r.record, n.id, n.enqueued_at, n.record, n.xmin::text`
 

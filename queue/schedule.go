@@ -197,7 +197,7 @@ func (q *Queue) work(ctx context.Context, l string) {
 		if !ok {
 			return
 		}
-		if ctx.Err() != nil || q.isClosing() || q.isOffline() {
+		if ctx.Err() != nil || !q.takesLanes() {
 			// Given back untouched, due at once: the dispatcher decides.
 			if err := q.st.SetNext(q.drainCtx, next, q.now()); err != nil {
 				q.report(err)
@@ -219,11 +219,13 @@ type laneHandoff interface {
 	HandedOver(lane string) (string, bool)
 }
 
-// isOffline reports whether the queue looks offline (see offlineState).
-func (q *Queue) isOffline() bool {
+// takesLanes reports whether a worker may go on with a lane handed over:
+// the queue is neither closing nor offline (see offlineState), when the
+// dispatcher takes lanes on its own terms.
+func (q *Queue) takesLanes() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.offline.on
+	return !q.closing && !q.offline.on
 }
 
 // workLane makes at most one attempt for the head of lane l, or settles it

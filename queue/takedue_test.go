@@ -48,18 +48,14 @@ func wrappedQueue(t *testing.T, workers int, wrap func(Store) Store) *Queue {
 	return q
 }
 
-// TestDispatchTakesSeveralLanes: with four workers free and four lanes due,
-// one TakeDue takes the four, so that a store on a network pays one round
-// trip for them, not four.
-func TestDispatchTakesSeveralLanes(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) }))
-	t.Cleanup(srv.Close)
-	st := &takeLog{}
-	q := wrappedQueue(t, 4, func(bs Store) Store { st.Store = bs; return st })
+// drainLanes queues one POST to url/lane in each lane, in order, runs q
+// and waits until each is done.
+func drainLanes(t *testing.T, q *Queue, url string, lanes ...string) {
+	t.Helper()
 	ctx := waitCtx(t)
 	var ids []ID
-	for i, l := range []string{"a", "b", "c", "d"} {
-		id, err := q.Enqueue(ctx, post(t, srv.URL, i, idem.WithLane(l)))
+	for i, l := range lanes {
+		id, err := q.Enqueue(ctx, post(t, url+"/"+l, i, idem.WithLane(l)))
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
@@ -69,6 +65,17 @@ func TestDispatchTakesSeveralLanes(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, Done, r.State)
 	}
+}
+
+// TestDispatchTakesSeveralLanes: with four workers free and four lanes due,
+// one TakeDue takes the four, so that a store on a network pays one round
+// trip for them, not four.
+func TestDispatchTakesSeveralLanes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) }))
+	t.Cleanup(srv.Close)
+	st := &takeLog{}
+	q := wrappedQueue(t, 4, func(bs Store) Store { st.Store = bs; return st })
+	drainLanes(t, q, srv.URL, "a", "b", "c", "d")
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	require.NotEmpty(t, st.calls)
@@ -149,19 +156,7 @@ func TestWorkerTakesTheLaneHandedOver(t *testing.T) {
 		st = &handoffStore{Store: &takeLog{Store: bs}, handed: map[string]string{}}
 		return st
 	})
-	ctx := waitCtx(t)
-	var ids []ID
-	for i, l := range []string{"a", "b"} {
-		id, err := q.Enqueue(ctx, post(t, srv.URL+"/"+l, i, idem.WithLane(l)))
-		require.NoError(t, err)
-		ids = append(ids, id)
-	}
-	run(t, q)
-	for _, id := range ids {
-		r, err := q.Wait(ctx, id)
-		require.NoError(t, err)
-		assert.Equal(t, Done, r.State)
-	}
+	drainLanes(t, q, srv.URL, "a", "b")
 	mu.Lock()
 	assert.Equal(t, []string{"/a", "/b"}, sent)
 	mu.Unlock()

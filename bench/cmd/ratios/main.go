@@ -222,15 +222,14 @@ func report(w io.Writer, s samples) {
 		cost := fmt.Sprintf(clientCost, op, "idem-do")
 		row("idem Do / raw, "+op+" in-memory time", cost, fmt.Sprintf(clientCost, op, "raw"), "ns/op", target{}, false)
 		if op == "POST" {
+			key := fmt.Sprintf(clientCost, op, "retryablehttp-key")
 			row("idem Do / retryablehttp (no key), POST in-memory time", cost, fmt.Sprintf(clientCost, op, "retryablehttp"), "ns/op", target{}, false)
-			row("idem Do / retryablehttp sending a key, POST in-memory time", cost, fmt.Sprintf(clientCost, op, "retryablehttp-key"), "ns/op", target{max: 1.0}, false)
+			row("idem Do / retryablehttp sending a key, POST in-memory time", cost, key, "ns/op", target{max: 1.0}, false)
+			row("idem Do / retryablehttp sending a key, POST in-memory allocs", cost, key, "allocs/op", target{}, false)
 		} else {
-			row("idem Do / retryablehttp, "+op+" in-memory time", cost, fmt.Sprintf(clientCost, op, "retryablehttp"), "ns/op", target{max: 1.0}, false)
-		}
-		if op == "POST" {
-			row("idem Do / retryablehttp sending a key, POST in-memory allocs", cost, fmt.Sprintf(clientCost, op, "retryablehttp-key"), "allocs/op", target{}, false)
-		} else {
-			row("idem Do / retryablehttp, "+op+" in-memory allocs", cost, fmt.Sprintf(clientCost, op, "retryablehttp"), "allocs/op", target{}, false)
+			peer := fmt.Sprintf(clientCost, op, "retryablehttp")
+			row("idem Do / retryablehttp, "+op+" in-memory time", cost, peer, "ns/op", target{max: 1.0}, false)
+			row("idem Do / retryablehttp, "+op+" in-memory allocs", cost, peer, "allocs/op", target{}, false)
 		}
 		row("idem Do / raw, "+op+" allocs", do, fmt.Sprintf(overhead, op, "raw"), "allocs/op", target{}, false)
 		row("idem Do / raw, "+op+" bytes", do, fmt.Sprintf(overhead, op, "raw"), "B/op", target{}, false)
