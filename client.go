@@ -29,8 +29,8 @@ const DefaultKeyHeader = "Idempotency-Key"
 type Client struct {
 	// HTTPClient sends the attempts. If nil, http.DefaultClient is used.
 	// Its Timeout, if set, bounds each attempt. The Client uses a copy whose
-	// CheckRedirect drops the key on redirects to another host or from https
-	// to http (see RedirectPolicy) before calling HTTPClient's own.
+	// CheckRedirect takes the key and the credentials off a redirect to
+	// another origin (see RedirectPolicy) before calling HTTPClient's own.
 	HTTPClient *http.Client
 	// Policy bounds attempts and waits. The zero Policy is the default.
 	// An intent made WithPolicy is run by its own policy instead.
@@ -40,7 +40,7 @@ type Client struct {
 	// use; use NewBudget(0) for no limit.
 	Budget *Budget
 	// Authorize, if not nil, is called on every attempt to add credentials
-	// to the request (Authorization, Cookie ...), so an intent never stores a
+	// to the request (Authorization, X-Api-Key ...), so an intent never stores a
 	// secret and a late attempt carries fresh credentials. An error ends the
 	// intent and is wrapped in the *Error. The request's header value lists
 	// are the intent's own: set, add or delete headers, never write into a
@@ -49,6 +49,14 @@ type Client struct {
 	// spelling of KeyHeader) stops with ErrInvalidRequest before anything is
 	// sent.
 	Authorize func(ctx context.Context, req *http.Request) error
+	// CredentialHeaders names the header fields, in any letter case, that
+	// carry this service's credentials beyond those redact.CredentialHeaders
+	// lists (an X-Shop-Token of its own). They are held to the same rule:
+	// a redirect to another origin takes them off, and an intent that
+	// carries one is not sent (ErrSecretHeader, wrapped in ErrInvalidRequest;
+	// NewIntent, which knows no Client, refuses only the listed ones). If
+	// nil, the list alone is used.
+	CredentialHeaders []string
 	// KeyHeader names the header carrying the key. If empty,
 	// DefaultKeyHeader is used.
 	KeyHeader string
@@ -354,7 +362,7 @@ func (c *Client) httpClient() *http.Client {
 			base = http.DefaultClient
 		}
 		hc := *base
-		hc.CheckRedirect = RedirectPolicy(c.KeyHeader, base.CheckRedirect)
+		hc.CheckRedirect = redirectPolicy(c.KeyHeader, c.CredentialHeaders, base.CheckRedirect)
 		c.hc = &hc
 	})
 	return c.hc

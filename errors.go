@@ -130,7 +130,10 @@ var (
 	// '"', '\', ','.
 	ErrInvalidKey = errors.New("idem: invalid idempotency key")
 	// ErrSecretHeader is returned when a credential header is given to an
-	// intent; credentials belong in Client.Authorize.
+	// intent: by NewIntent for one redact.CredentialHeaders lists, and by
+	// Client.Do, Client.Resume and Client.Try, wrapped in ErrInvalidRequest,
+	// for one of the Client's own CredentialHeaders. Credentials belong in
+	// Client.Authorize.
 	ErrSecretHeader = errors.New("idem: secret header in intent")
 	// ErrBodyTooLarge is returned for a body over MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("idem: body too large")

@@ -113,11 +113,12 @@ func WithoutKey() IntentOption {
 	}
 }
 
-// WithHeader adds a header sent on every attempt. Credentials (Authorization,
-// Cookie, Proxy-Authorization, Set-Cookie, X-Api-Key, Api-Key, X-Auth-Token)
-// are refused with ErrSecretHeader: they are
-// added per attempt by Client.Authorize, so a queued intent never stores a
-// secret and is sent with fresh credentials. Headers net/http manages itself
+// WithHeader adds a header sent on every attempt. Credentials (the header
+// fields redact.CredentialHeaders lists: Authorization, Cookie, X-Api-Key
+// ...) are refused with ErrSecretHeader: they are added per attempt by
+// Client.Authorize, so a queued intent never stores a secret and is sent
+// with fresh credentials. A Client refuses, when it runs the intent, the
+// names its own CredentialHeaders adds. Headers net/http manages itself
 // (Host, Content-Length, Transfer-Encoding, Connection) and the idempotency
 // key header (use WithKey) are refused too.
 func WithHeader(name, value string) IntentOption {
@@ -481,15 +482,20 @@ func checkURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// secretHeader is the error for the credential header name found in an
+// intent.
+func secretHeader(name string) error {
+	return fmt.Errorf("%w: %s: credentials are added per attempt by Client.Authorize, never stored in an intent", ErrSecretHeader, name)
+}
+
 func checkHeader(name, value string) error {
 	if !isToken(name) {
 		return fmt.Errorf("%w: header name %q is not a valid token", ErrInvalidIntent, name)
 	}
 	canon := http.CanonicalHeaderKey(name)
 	switch {
-	case canon == "Authorization", canon == "Cookie", canon == "Proxy-Authorization", canon == "Set-Cookie",
-		canon == "X-Api-Key", canon == "Api-Key", canon == "X-Auth-Token":
-		return fmt.Errorf("%w: %s: credentials are added per attempt by Client.Authorize, never stored in an intent", ErrSecretHeader, canon)
+	case redact.IsCredentialHeader(canon):
+		return secretHeader(canon)
 	case canon == "Host", canon == "Content-Length":
 		return fmt.Errorf("%w: header %s is managed by net/http", ErrInvalidIntent, canon)
 	case canon == DefaultKeyHeader, canon == "X-Idempotency-Key":

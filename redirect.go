@@ -3,9 +3,11 @@ package idem
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/idem-go/idem/internal/anycase"
 	"github.com/idem-go/idem/internal/methods"
+	"github.com/idem-go/idem/redact"
 )
 
 // maxRedirects matches net/http's default policy.
@@ -16,12 +18,11 @@ const maxRedirects = 10
 // https to http. A keyed request whose redirect keeps a method that is not
 // safe (a 307 or 308 after a POST, PUT, PATCH or DELETE) is not followed
 // there: the caller gets the redirect itself. Any other redirected request
-// loses the idempotency key and credentials on its way there. Then it
-// defers to next (nil means net/http's default: stop after 10 redirects).
-// header names the key header; "" means DefaultKeyHeader.
-// X-Idempotency-Key, Authorization, Cookie and Proxy-Authorization go too.
-// The key header is found under any spelling of its name
-// (req.Header["idempotency-key"] is the same header on the wire).
+// loses the idempotency key (header, "" meaning DefaultKeyHeader, and
+// X-Idempotency-Key) and the credential headers (redact.CredentialHeaders)
+// on its way there, under any spelling of their names
+// (req.Header["x-api-key"] is the same header on the wire). Then it defers
+// to next (nil means net/http's default: stop after 10 redirects).
 //
 // A key is an operation's identity at one server: presented to another host
 // it means nothing there, or collides with an unrelated operation, so it
@@ -29,26 +30,35 @@ const maxRedirects = 10
 // if it were keyed, a duplicate waiting to happen. Sent in clear, a key and
 // credentials can be read and replayed by anyone on the path. net/http
 // forwards such headers to another port of the same host name and over
-// http, and the key header to any host. Client.Do applies this policy to
-// its HTTPClient by itself, and ends such an intent with ErrRedirected and
-// NotApplied; set it on an http.Client that uses Transport (which, without
-// it, refuses to send a keyed write's hop off its origin, but cannot take
-// headers off a safe request's hop):
+// http, the key header and credentials of its own naming (X-Api-Key) to any
+// host. Client.Do applies this policy to its HTTPClient by itself, with the
+// Client's own CredentialHeaders, and ends such an intent with
+// ErrRedirected and NotApplied; set it on an http.Client that uses
+// Transport:
 //
 //	hc := &http.Client{Transport: &idem.Transport{}, CheckRedirect: idem.RedirectPolicy("", nil)}
+//
+// Without it, the Transport takes the same headers (and its own
+// CredentialHeaders) off a hop that leaves the origin, and refuses to send
+// a keyed write's such hop with an error instead of handing back the
+// redirect.
 //
 // After 10 redirects (a loop) it stops with an error wrapping
 // ErrRedirected; see Client.Do for the outcome.
 func RedirectPolicy(header string, next func(req *http.Request, via []*http.Request) error) func(req *http.Request, via []*http.Request) error {
+	return redirectPolicy(header, nil, next)
+}
+
+// redirectPolicy is RedirectPolicy, taking the credential headers extra
+// off too.
+func redirectPolicy(header string, extra []string, next func(req *http.Request, via []*http.Request) error) func(req *http.Request, via []*http.Request) error {
 	header = keyHeaderName(header)
 	return func(req *http.Request, via []*http.Request) error {
 		if len(via) > 0 && leavesOrigin(req, via[0]) {
 			if !methods.Safe(req.Method) && anycase.Has(via[0].Header, header, "X-Idempotency-Key") {
 				return http.ErrUseLastResponse
 			}
-			for _, h := range [...]string{header, "X-Idempotency-Key", "Authorization", "Cookie", "Proxy-Authorization"} {
-				anycase.Del(req.Header, h)
-			}
+			dropOffOrigin(req.Header, header, extra)
 		}
 		if next != nil {
 			return next(req, via)
@@ -57,6 +67,17 @@ func RedirectPolicy(header string, next func(req *http.Request, via []*http.Requ
 			return fmt.Errorf("%w: stopped after %d redirects", ErrRedirected, maxRedirects)
 		}
 		return nil
+	}
+}
+
+// dropOffOrigin deletes from h, under any spelling, what must not go to
+// another origin: the key header (header, and X-Idempotency-Key) and the
+// credential headers, redact.CredentialHeaders' and extra.
+func dropOffOrigin(h http.Header, header string, extra []string) {
+	for k := range h {
+		if strings.EqualFold(k, header) || strings.EqualFold(k, "X-Idempotency-Key") || redact.IsCredentialHeader(k, extra...) {
+			delete(h, k)
+		}
 	}
 }
 

@@ -116,7 +116,16 @@ func newTLSDrop(t *testing.T, h http.Handler) *tlsDrop {
 	t.Helper()
 	d := &tlsDrop{secure: httptest.NewTLSServer(h), plain: newScripted(t, answer(201), answer(201))}
 	t.Cleanup(d.secure.Close)
-	tr := d.secure.Client().Transport.(*http.Transport).Clone()
+	d.hc = clearClient(t, d.secure, d.plain.Listener.Addr().String())
+	return d
+}
+
+// clearClient is an http.Client that trusts the https server secure and
+// dials every plain http request to plainAddr: http://<secure's host:port>
+// lands there.
+func clearClient(t *testing.T, secure *httptest.Server, plainAddr string) *http.Client {
+	t.Helper()
+	tr := secure.Client().Transport.(*http.Transport).Clone()
 	cfg := tr.TLSClientConfig.Clone()
 	cfg.ServerName = "127.0.0.1"
 	var dialer net.Dialer
@@ -134,11 +143,10 @@ func newTLSDrop(t *testing.T, h http.Handler) *tlsDrop {
 	}
 	// Only plain http dials through DialContext: to the plain server.
 	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return dialer.DialContext(ctx, network, d.plain.Listener.Addr().String())
+		return dialer.DialContext(ctx, network, plainAddr)
 	}
 	t.Cleanup(tr.CloseIdleConnections)
-	d.hc = &http.Client{Transport: tr}
-	return d
+	return &http.Client{Transport: tr}
 }
 
 // insecureURL is the https server's URL with http.

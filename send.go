@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idem-go/idem/internal/anycase"
+	"github.com/idem-go/idem/redact"
 )
 
 // A sender makes the request of each attempt of one operation and sends it,
@@ -96,6 +97,11 @@ func (s *intentSender) keyField() (name, value string) {
 
 func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, error) {
 	in, c := s.in, s.c
+	if first {
+		if err := c.checkCredentials(in); err != nil {
+			return nil, err
+		}
+	}
 	u, parts := &s.firstURL, s.first
 	if !first {
 		u, parts = new(url.URL), nil
@@ -151,6 +157,20 @@ func (s *intentSender) request(ctx context.Context, first bool) (*http.Request, 
 		}
 	}
 	return req, nil
+}
+
+// checkCredentials refuses an intent that carries one of the Client's own
+// CredentialHeaders, which NewIntent could not know.
+func (c *Client) checkCredentials(in *Intent) error {
+	if len(c.CredentialHeaders) == 0 {
+		return nil
+	}
+	for _, f := range in.header {
+		if redact.IsCredentialHeader(f.name, c.CredentialHeaders...) {
+			return fmt.Errorf("%w: %w", ErrInvalidRequest, secretHeader(f.name))
+		}
+	}
+	return nil
 }
 
 // checkKeyKept checks that h carries key under the key header name, in one

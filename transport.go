@@ -51,6 +51,13 @@ type Transport struct {
 	// KeyHeader names the header that marks a request as keyed. If empty,
 	// DefaultKeyHeader is used.
 	KeyHeader string
+	// CredentialHeaders names the header fields, in any letter case, that
+	// carry this service's credentials beyond those redact.CredentialHeaders
+	// lists. A redirect hop that leaves the first request's origin (another
+	// host or port, or https to http) is sent without the key and without
+	// any credential header, listed or named here. If nil, the list alone
+	// is used.
+	CredentialHeaders []string
 	// DeletePolicy says when a DELETE answered 404 or 410 is done. The zero
 	// value is DeleteAfterDoubt.
 	DeletePolicy DeletePolicy
@@ -101,11 +108,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	// A redirect hop to another origin goes without key and credentials.
+	leaves := hopLeavesOrigin(req)
+	sent := req
+	if leaves != redirectFollowed {
+		sent = t.offOrigin(req)
+	}
 	// The sender and the first attempt's recorder in one allocation.
 	st := &struct {
 		s   requestSender
 		rec wire.Recorder
-	}{s: requestSender{base: base, req: req, onSend: t.OnSend}}
+	}{s: requestSender{base: base, req: sent, onSend: t.OnSend}}
 	s := &st.s
 	r := run{
 		runConfig: runConfig{
@@ -141,7 +154,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		d    decision
 		e    *Error
 	)
-	if why := r.hopRefused(req); why != redirectFollowed {
+	if why := r.hopRefused(leaves); why != redirectFollowed {
 		e = r.fail(r.outcome(), redirectReason(facts{Redirect: why, Status: req.Response.StatusCode}), 0, ErrRedirected)
 	} else {
 		resp, d, e = r.loop(ctx)
@@ -272,15 +285,26 @@ func WithReport(ctx context.Context, rep *Report) context.Context {
 	return context.WithValue(ctx, reportKey{}, rep)
 }
 
-// hopRefused says why req, a keyed write's redirect hop, must not be
-// sent: it leaves the first request's origin (hopLeavesOrigin), and the
-// http.Client follows it all the same, as one without RedirectPolicy does.
-// redirectFollowed when req may be sent.
-func (r *run) hopRefused(req *http.Request) redirectStop {
+// hopRefused says why the request, a keyed write's redirect hop that leaves
+// the first request's origin as hopLeavesOrigin said (leaves), must not be
+// sent: the http.Client follows it all the same, as one without
+// RedirectPolicy does. redirectFollowed when it may be sent.
+func (r *run) hopRefused(leaves redirectStop) redirectStop {
 	if !r.hasKey || methods.Safe(r.method) {
 		return redirectFollowed
 	}
-	return hopLeavesOrigin(req)
+	return leaves
+}
+
+// offOrigin returns req, a redirect hop to another origin, without what
+// RedirectPolicy takes off such a hop, and without the Transport's own
+// CredentialHeaders: http.Client copies the first request's header onto
+// every hop. req itself is not changed.
+func (t *Transport) offOrigin(req *http.Request) *http.Request {
+	out := *req
+	out.Header = req.Header.Clone()
+	dropOffOrigin(out.Header, keyHeaderName(t.KeyHeader), t.CredentialHeaders)
+	return &out
 }
 
 // key returns req's idempotency key, or "" when it carries none, found

@@ -2,6 +2,9 @@ package queue
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -55,4 +58,24 @@ func TestEnqueueErrorsRedact(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestQueueFailsOwnCredentialHeader: a record whose intent carries a header
+// its Client names in CredentialHeaders (which NewIntent cannot know) fails
+// at its first attempt, NotApplied, and nothing is sent.
+func TestQueueFailsOwnCredentialHeader(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	q, _ := openTest(t, fast(&idem.Client{CredentialHeaders: []string{"X-Shop-Token"}}))
+	id, err := q.Enqueue(waitCtx(t), post(t, srv.URL, 1, idem.WithHeader("x-shop-token", "s3cret")))
+	require.NoError(t, err)
+	run(t, q)
+	r, err := q.Wait(waitCtx(t), id)
+	require.NoError(t, err)
+	assert.Equal(t, Failed, r.State)
+	assert.Equal(t, idem.NotApplied, r.Outcome)
+	assert.Contains(t, r.LastError, "X-Shop-Token")
+	assert.NotContains(t, r.LastError, "s3cret")
+	assert.Zero(t, hits.Load(), "nothing was sent")
 }

@@ -15,3 +15,15 @@ func ExampleRawURL() {
 	// https://redacted@pay.example/charges
 	// (unparsable URL)
 }
+
+// A service whose key travels in a header of its own adds its name to the
+// list, as idem.Client.CredentialHeaders does.
+func ExampleIsCredentialHeader() {
+	fmt.Println(redact.IsCredentialHeader("x-api-key"))
+	fmt.Println(redact.IsCredentialHeader("X-Shop-Token"))
+	fmt.Println(redact.IsCredentialHeader("X-Shop-Token", "X-Shop-Token"))
+	// Output:
+	// true
+	// false
+	// true
+}

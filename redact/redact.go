@@ -3,7 +3,9 @@
 // fragment of a URL, and the URL net/http puts in front of a transport error.
 // It is the one place the project decides what a secret-free URL is: the
 // root package and queue use it, and so does cmd/idemq, so that the tool
-// shows a URL as the application's logs do.
+// shows a URL as the application's logs do. It holds the one list of the
+// header fields that carry credentials too (CredentialHeaders), which the
+// intent check and the redirect rule of the root package consult.
 //
 // An application may use it for what it logs beside idem. Its functions are
 // pure and safe for concurrent use.

@@ -51,7 +51,10 @@ func (a *app) urlSource() (urlSource, error) {
 		u.Path += "/"
 	}
 	u.RawQuery, u.Fragment = "", ""
-	s := urlSource{base: u, client: &http.Client{Timeout: urlTimeout}, shown: u.String()}
+	// A redirect to another origin does not take the Authorization header
+	// along, as net/http would to another port or over http.
+	hc := &http.Client{Timeout: urlTimeout, CheckRedirect: idem.RedirectPolicy("", nil)}
+	s := urlSource{base: u, client: hc, shown: u.String()}
 	if a.urlAuthEnv != "" {
 		s.auth = os.Getenv(a.urlAuthEnv)
 		if s.auth == "" {

@@ -202,3 +202,31 @@ func twinOf(t *testing.T, file string) string {
 	require.NoError(t, os.WriteFile(out, data, 0o600))
 	return out
 }
+
+// TestURLAuthStaysAtOrigin: a page that redirects idemq to another port
+// of its host (or another host, or from https to http) gets no
+// --url-auth-env credential there: idemq follows redirects by
+// idem.RedirectPolicy, as the Client does.
+func TestURLAuthStaysAtOrigin(t *testing.T) {
+	got := make(chan string, 1)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Header.Get("Authorization"):
+		default:
+		}
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	}))
+	t.Cleanup(other.Close)
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusFound)
+	}))
+	t.Cleanup(page.Close)
+	r := idemq(t, []string{"IDEMQ_FILE=", "IDEMQ_URL=", "IDEMQ_TEST_AUTH=Bearer op3rator"}, "--url", page.URL+"/admin/queue", "--url-auth-env", "IDEMQ_TEST_AUTH", "ls")
+	assert.Equal(t, exitError, r.code, "stderr:\n%s", r.stderr)
+	select {
+	case auth := <-got:
+		assert.Empty(t, auth, "the credential went to another port")
+	default:
+		t.Fatal("idemq did not follow the redirect")
+	}
+}
