@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -236,4 +237,207 @@ func BenchmarkDoubtsLookup(b *testing.B) {
 			}
 		})
 	}
+}
+
+// door is how a test's call reaches a Client: Do, Resume without a prior
+// error, or Try without a prior, as a caller that lost what the earlier call
+// said makes it.
+type door string
+
+const (
+	doorDo     door = "Do"
+	doorResume door = "Resume"
+	doorTry    door = "Try"
+)
+
+// call makes one call of in through c by door and returns its outcome, and
+// the reason the call gives for stopping short of success ("" if none).
+func (d door) call(t *testing.T, c *Client, in *Intent) (Outcome, string) {
+	t.Helper()
+	ctx := context.Background()
+	if d == doorTry {
+		s, err := c.Try(ctx, in, NoOutcome, 0)
+		require.NoError(t, err)
+		s.Report(s.Action, 0)
+		if s.Response != nil {
+			s.Response.Body.Close()
+		}
+		return s.Outcome, s.Reason
+	}
+	var (
+		res *Result
+		err error
+	)
+	if d == doorDo {
+		res, err = c.Do(ctx, in)
+	} else {
+		res, err = c.Resume(ctx, in, nil)
+	}
+	if err != nil {
+		e := asError(t, err)
+		return e.Outcome, e.Reason
+	}
+	res.Response.Body.Close()
+	return res.Outcome, ""
+}
+
+// TestClientDoubtOutlivesCall: a Client remembers the keys its calls left in
+// doubt, as a Transport does, whichever of Do, Resume and Try made them: a
+// later call under the key that was told nothing of it (Do, Resume without
+// a prior error, Try with no prior, as a job runner that restarted makes)
+// reads a 4xx as Unknown, never NotApplied. A success settles the doubt;
+// another key has none.
+func TestClientDoubtOutlivesCall(t *testing.T) {
+	type call struct {
+		door   door
+		intent int // which of the test's two intents
+		step   step
+		want   Outcome
+	}
+	tests := []struct {
+		name   string
+		method string
+		calls  []call
+	}{
+		{"Try in doubt, then Try 422", "POST", []call{{doorTry, 0, hangup, Unknown}, {doorTry, 0, answer(422), Unknown}}},
+		{"Try in doubt, then Try 401", "POST", []call{{doorTry, 0, hangup, Unknown}, {doorTry, 0, answer(401), Unknown}}},
+		{"Do in doubt, then Try 401", "POST", []call{{doorDo, 0, hangup, Unknown}, {doorTry, 0, answer(401), Unknown}}},
+		{"Do in doubt, then Try 422", "POST", []call{{doorDo, 0, answer(503), Unknown}, {doorTry, 0, answer(422), Unknown}}},
+		{"Try in doubt, then Do 401", "POST", []call{{doorTry, 0, hangup, Unknown}, {doorDo, 0, answer(401), Unknown}}},
+		{"Do in doubt, then Resume 403", "POST", []call{{doorDo, 0, hangup, Unknown}, {doorResume, 0, answer(403), Unknown}}},
+		{"keyed 409, then Do 400", "POST", []call{{doorTry, 0, answer(409), Unknown}, {doorDo, 0, answer(400), Unknown}}},
+		{"a doubt stays until settled", "POST", []call{{doorTry, 0, hangup, Unknown}, {doorTry, 0, answer(401), Unknown}, {doorDo, 0, answer(401), Unknown}}},
+		{"DELETE in doubt, then 404", "DELETE", []call{{doorDo, 0, hangup, Unknown}, {doorTry, 0, answer(404), AlreadyApplied}}},
+		{"Try's success settles the doubt", "POST", []call{{doorDo, 0, hangup, Unknown}, {doorTry, 0, answer(201), Applied}, {doorTry, 0, answer(401), NotApplied}}},
+		{"Do's success settles the doubt", "POST", []call{{doorTry, 0, hangup, Unknown}, {doorDo, 0, answer(201), Applied}, {doorDo, 0, answer(401), NotApplied}}},
+		{"another key is not in doubt", "POST", []call{{doorTry, 0, hangup, Unknown}, {doorTry, 1, answer(401), NotApplied}}},
+		{"a 401 first is NotApplied", "POST", []call{{doorTry, 0, answer(401), NotApplied}, {doorDo, 0, answer(422), NotApplied}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			steps := make([]step, len(tt.calls))
+			for i, c := range tt.calls {
+				steps[i] = c.step
+			}
+			srv := newScripted(t, steps...)
+			c, _ := testClient(t, nil)
+			c.Policy = Policy{MaxAttempts: 1} // one request per call
+			intents := []*Intent{mustIntent(t, tt.method, srv.URL+"/r/1", "x"), mustIntent(t, tt.method, srv.URL+"/r/1", "x")}
+			for i, call := range tt.calls {
+				got, reason := call.door.call(t, c, intents[call.intent])
+				assert.Equal(t, call.want, got, "call %d, %s answered %d: outcome = %v, want %v", i+1, call.door, call.step.status, got, call.want)
+				if i > 0 && call.want == Unknown && call.step.status >= 400 && call.step.status < 500 {
+					assert.True(t, strings.HasSuffix(reason, doubtNote), "call %d: the reason says why: %q", i+1, reason)
+				}
+			}
+			assert.Len(t, srv.Requests(), len(tt.calls), "one request per call")
+		})
+	}
+}
+
+// TestClientDoubtRunner is the job runner of the README: it keeps a job's
+// intent and runs it with Try on its own schedule; on NotApplied it makes a
+// new intent, as is safe; on Unknown it sends the same intent again. It
+// restarts after the first attempt, whose answer was lost after the server
+// applied the payment, and has lost that attempt's Outcome, its next prior.
+// The next answer under the key is a 401 (a gateway's expired token) or a
+// 422 (a server that takes the resend for another payload): the Client
+// remembers the key it left in doubt, so the runner reads Unknown and the
+// payment is applied once.
+func TestClientDoubtRunner(t *testing.T) {
+	for _, status := range []int{http.StatusUnauthorized, http.StatusUnprocessableEntity} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			var calls int
+			srv := newStoreServer(t, func(string) (int, bool) {
+				calls++
+				switch calls {
+				case 1:
+					return 0, true // applied, answer lost
+				case 2:
+					return status, false
+				}
+				return 0, false
+			})
+			c, _ := testClient(t, nil)
+			in := mustIntent(t, "POST", srv.URL+"/payments", `{"amount":100}`)
+			prior, outcomes := NoOutcome, []Outcome{}
+			for n := 1; n <= 6; n++ {
+				s, err := c.Try(context.Background(), in, prior, 0)
+				require.NoError(t, err)
+				s.Report(s.Action, 0)
+				if s.Response != nil {
+					s.Response.Body.Close()
+				}
+				outcomes = append(outcomes, s.Outcome)
+				if s.Action == ActionDone {
+					break
+				}
+				prior = s.Outcome
+				if s.Action == ActionStop && s.Outcome == NotApplied {
+					// The README: nothing took effect, a new intent is safe.
+					in, prior = mustIntent(t, "POST", srv.URL+"/payments", `{"amount":100}`), NoOutcome
+				}
+				if n == 1 {
+					prior = NoOutcome // the runner restarted and lost it
+				}
+			}
+			srv.mu.Lock()
+			effects := len(srv.store)
+			srv.mu.Unlock()
+			t.Logf("%d after a lost answer: outcomes %v, %d payments applied", status, outcomes, effects)
+			require.GreaterOrEqual(t, len(outcomes), 2)
+			assert.Equal(t, Unknown, outcomes[1], "the %d after the doubt, with no prior: Unknown, not NotApplied", status)
+			assert.Equal(t, Applied, outcomes[len(outcomes)-1], "the runner ends Applied")
+			assert.Equal(t, 1, effects, "payments applied")
+		})
+	}
+}
+
+// TestClientDoubtWindow: a Client forgets a key's doubt DoubtWindow after
+// the last call that left it in doubt, and keeps DoubtKeys of them at most,
+// as a Transport does.
+func TestClientDoubtWindow(t *testing.T) {
+	tests := []struct {
+		window time.Duration
+		later  time.Duration
+		want   Outcome
+	}{
+		{0, DefaultDoubtWindow - time.Second, Unknown},
+		{0, DefaultDoubtWindow, NotApplied},
+		{time.Minute, 59 * time.Second, Unknown},
+		{time.Minute, time.Minute, NotApplied},
+		{-1, 0, NotApplied},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("window %v, %v later", tt.window, tt.later), func(t *testing.T) {
+			srv := newScripted(t, hangup, answer(401))
+			c, clk := testClient(t, nil)
+			c.Policy, c.DoubtWindow = Policy{MaxAttempts: 1}, tt.window
+			in := mustIntent(t, "POST", srv.URL, "x")
+			got, _ := doorTry.call(t, c, in)
+			require.Equal(t, Unknown, got)
+			clk.advance(tt.later)
+			got, _ = doorTry.call(t, c, in)
+			assert.Equal(t, tt.want, got, "401 %v after the doubt: outcome = %v, want %v", tt.later, got, tt.want)
+		})
+	}
+
+	t.Run("DoubtKeys", func(t *testing.T) {
+		srv := newScripted(t, hangup, hangup, hangup, hangup, answer(401), answer(401), answer(401))
+		c, clk := testClient(t, nil)
+		c.Policy, c.DoubtKeys = Policy{MaxAttempts: 1}, 2
+		in := []*Intent{mustIntent(t, "POST", srv.URL, "x"), mustIntent(t, "POST", srv.URL, "x"), mustIntent(t, "POST", srv.URL, "x")}
+		for _, i := range []int{0, 1, 0, 2} { // 0 again: 1 is the oldest
+			got, _ := doorDo.call(t, c, in[i])
+			require.Equal(t, Unknown, got)
+			clk.advance(time.Second)
+		}
+		for _, tt := range []struct {
+			i    int
+			want Outcome
+		}{{1, NotApplied}, {0, Unknown}, {2, Unknown}} {
+			got, _ := doorTry.call(t, c, in[tt.i])
+			assert.Equal(t, tt.want, got, "401 under intent %d: outcome = %v, want %v", tt.i, got, tt.want)
+		}
+	})
 }
