@@ -3,10 +3,13 @@ package idem
 import (
 	"context"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -218,28 +221,66 @@ func TestBudgetPerOrigin(t *testing.T) {
 		} else {
 			bud.answered(st.o)
 		}
-		if ok != st.ok || bud.left() != st.left || len(bud.buckets.m) != st.origin {
+		if ok != st.ok || bud.left() != st.left || len(bud.buckets) != st.origin {
 			t.Errorf("step %d %s(%s): ok %v, left %d, buckets %d; want %v, %d, %d",
-				i, st.op, st.o, ok, bud.left(), len(bud.buckets.m), st.ok, st.left, st.origin)
+				i, st.op, st.o, ok, bud.left(), len(bud.buckets), st.ok, st.left, st.origin)
 		}
 	}
 }
 
-// TestBudgetForgetsLeastRecentlyUsed: past MaxBudgetOrigins origins, the
-// one least recently used is forgotten and starts full again.
-func TestBudgetForgetsLeastRecentlyUsed(t *testing.T) {
+// TestBudgetPastMaxOrigins: a bucket that is not full is never forgotten;
+// past MaxBudgetOrigins origins holding buckets, the others share one, which
+// their answers fill again; an answer that fills an origin's bucket makes
+// room for another.
+func TestBudgetPastMaxOrigins(t *testing.T) {
 	host := func(i int) origin { return origin{"https", "h" + itoa(i), "443"} }
-	bud := NewBudget(1)
+	bud := NewBudget(2)
 	for i := range MaxBudgetOrigins {
 		require.True(t, bud.take(host(i)))
+		require.True(t, bud.take(host(i)))
 	}
-	require.False(t, bud.take(host(0)), "origin 0 is empty, and now the most recently used")
-	require.True(t, bud.take(host(MaxBudgetOrigins)), "a new origin starts full")
-	assert.Len(t, bud.buckets.m, MaxBudgetOrigins)
-	assert.False(t, bud.take(host(0)), "origin 0 was used recently: kept, still empty")
-	assert.True(t, bud.take(host(1)), "origin 1, least recently used, was forgotten: full again")
-	assert.Len(t, bud.buckets.m, MaxBudgetOrigins)
-	assert.Equal(t, 0, bud.left())
+	past, other := host(MaxBudgetOrigins), host(MaxBudgetOrigins+1)
+	steps := []struct {
+		op      string
+		o       origin
+		ok      bool
+		shared  int // tokens left in the shared bucket
+		buckets int // buckets of their own
+	}{
+		{"take", host(0), false, 2, MaxBudgetOrigins}, // empty, and kept
+		{"take", past, true, 1, MaxBudgetOrigins},     // past the bound: the shared bucket
+		{"take", other, true, 0, MaxBudgetOrigins},
+		{"take", past, false, 0, MaxBudgetOrigins},
+		{"take", host(MaxBudgetOrigins + 2), false, 0, MaxBudgetOrigins}, // a new origin past the bound
+		{"answered", other, true, 1, MaxBudgetOrigins},
+		{"take", past, true, 0, MaxBudgetOrigins},
+		{"answered", host(0), true, 0, MaxBudgetOrigins},
+		{"answered", host(0), true, 0, MaxBudgetOrigins - 1}, // full: forgotten, room for one
+		{"take", past, true, 0, MaxBudgetOrigins},            // a bucket of its own, full
+		{"take", past, true, 0, MaxBudgetOrigins},
+		{"take", past, false, 0, MaxBudgetOrigins},
+		{"take", host(0), false, 0, MaxBudgetOrigins},       // forgotten full, the room taken: the shared bucket, empty
+		{"answered", host(5000), true, 1, MaxBudgetOrigins}, // an answer to an origin without a bucket
+		{"take", host(0), true, 0, MaxBudgetOrigins},
+		{"take", host(1), false, 0, MaxBudgetOrigins}, // empty, and kept
+		{"answered", host(0), true, 1, MaxBudgetOrigins},
+		{"answered", host(0), true, 2, MaxBudgetOrigins},
+		{"answered", host(0), true, 2, MaxBudgetOrigins}, // never above capacity
+	}
+	for i, st := range steps {
+		ok := true
+		if st.op == "take" {
+			ok = bud.take(st.o)
+		} else {
+			bud.answered(st.o)
+		}
+		shared := bud.capacity - bud.shared
+		if ok != st.ok || shared != st.shared || len(bud.buckets) != st.buckets {
+			t.Errorf("step %d %s(%s): ok %v, shared %d, buckets %d; want %v, %d, %d",
+				i, st.op, st.o, ok, shared, len(bud.buckets), st.ok, st.shared, st.buckets)
+		}
+	}
+	assert.Equal(t, 0, bud.left(), "the fewest tokens of any origin")
 }
 
 // TestStatsRefusalsByOrigin: refusals are counted by origin, for the
@@ -297,4 +338,41 @@ func TestTransportBudgetPerOrigin(t *testing.T) {
 	st := tr.Stats()
 	assert.Equal(t, map[string]uint64{dead.URL: 1}, st.BudgetRefusalsByOrigin)
 	assert.Equal(t, 0, st.BudgetTokens)
+}
+
+// refusedDials is an http.RoundTripper for which every origin is dead: it
+// fails each request as a refused dial fails, before anything is sent
+// (never sent), and counts them.
+type refusedDials struct{ n atomic.Int64 }
+
+func (d *refusedDials) RoundTrip(req *http.Request) (*http.Response, error) {
+	d.n.Add(1)
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: &net.AddrError{Err: syscall.ECONNREFUSED.Error(), Addr: req.URL.Host}}
+}
+
+// TestBudgetManyDeadOrigins: with every origin dead, a Client sends intents
+// to 2,000 origins in turn, 40 to each. Forgetting an origin must not refill
+// its bucket: retries stay near the reserve of the origins the Budget
+// keeps, and the intents cost at most 1.5 requests each, not 4 (one attempt
+// and three retries each, when every origin is forgotten before it comes
+// back, full).
+func TestBudgetManyDeadOrigins(t *testing.T) {
+	const origins, rounds = 2000, 40
+	dials := &refusedDials{}
+	c, _ := testClient(t, &http.Client{Transport: dials})
+	ctx := context.Background()
+	for range rounds {
+		for o := range origins {
+			_, err := c.Do(ctx, mustIntent(t, "POST", "http://o"+itoa(o)+".test/payments", "x"))
+			require.ErrorIs(t, err, ErrNotApplied)
+		}
+	}
+	const n = origins * rounds
+	perIntent := float64(dials.n.Load()) / float64(n)
+	st := c.Stats()
+	t.Logf("%d dead origins, %d intents each: %d requests, %.2f per intent, %d budget refusals",
+		origins, rounds, dials.n.Load(), perIntent, st.BudgetRefusals)
+	assert.LessOrEqual(t, perIntent, 1.5, "requests per intent")
+	assert.LessOrEqual(t, dials.n.Load()-n, int64((MaxBudgetOrigins+1)*DefaultBudgetTokens), "retries in all")
+	assert.Positive(t, st.BudgetRefusals)
 }
