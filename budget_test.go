@@ -193,27 +193,20 @@ func TestOriginOf(t *testing.T) {
 	assert.Equal(t, origin{}, originOf(nil))
 }
 
-// TestBudgetPerOrigin: each origin has a bucket of the capacity; a bucket
-// full again is forgotten; left is the fewest tokens of any origin.
-func TestBudgetPerOrigin(t *testing.T) {
-	a, b := origin{"https", "a", "443"}, origin{"https", "b", "443"}
-	bud := NewBudget(2)
-	steps := []struct {
-		op     string
-		o      origin
-		ok     bool
-		left   int // fewest tokens of any origin
-		origin int // buckets kept
-	}{
-		{"take", a, true, 1, 1},
-		{"take", a, true, 0, 1},
-		{"take", a, false, 0, 1},
-		{"take", b, true, 0, 2}, // a dead a spends nothing of b's
-		{"answered", a, true, 1, 2},
-		{"answered", b, true, 1, 1}, // b full: forgotten
-		{"answered", a, true, 2, 0},
-		{"answered", a, true, 2, 0}, // never above capacity
-	}
+// budgetStep is a take or an answer (answered) of o's, what take returned
+// (true for an answer), and what the Budget holds after it: the fewest
+// tokens of any origin (left), the tokens of the shared bucket and the
+// number of buckets of their own.
+type budgetStep struct {
+	op                    string
+	o                     origin
+	ok                    bool
+	left, shared, buckets int
+}
+
+// playBudget plays steps on bud, checking each.
+func playBudget(t *testing.T, bud *Budget, steps []budgetStep) {
+	t.Helper()
 	for i, st := range steps {
 		ok := true
 		if st.op == "take" {
@@ -221,11 +214,28 @@ func TestBudgetPerOrigin(t *testing.T) {
 		} else {
 			bud.answered(st.o)
 		}
-		if ok != st.ok || bud.left() != st.left || len(bud.buckets) != st.origin {
-			t.Errorf("step %d %s(%s): ok %v, left %d, buckets %d; want %v, %d, %d",
-				i, st.op, st.o, ok, bud.left(), len(bud.buckets), st.ok, st.left, st.origin)
+		left, shared := bud.left(), bud.capacity-bud.shared
+		if ok != st.ok || left != st.left || shared != st.shared || len(bud.buckets) != st.buckets {
+			t.Errorf("step %d %s(%s): ok %v, left %d, shared %d, buckets %d; want %v, %d, %d, %d",
+				i, st.op, st.o, ok, left, shared, len(bud.buckets), st.ok, st.left, st.shared, st.buckets)
 		}
 	}
+}
+
+// TestBudgetPerOrigin: each origin has a bucket of the capacity; a bucket
+// full again is forgotten; left is the fewest tokens of any origin.
+func TestBudgetPerOrigin(t *testing.T) {
+	a, b := origin{"https", "a", "443"}, origin{"https", "b", "443"}
+	playBudget(t, NewBudget(2), []budgetStep{
+		{"take", a, true, 1, 2, 1},
+		{"take", a, true, 0, 2, 1},
+		{"take", a, false, 0, 2, 1},
+		{"take", b, true, 0, 2, 2}, // a dead a spends nothing of b's
+		{"answered", a, true, 1, 2, 2},
+		{"answered", b, true, 1, 2, 1}, // b full: forgotten
+		{"answered", a, true, 2, 2, 0},
+		{"answered", a, true, 2, 2, 0}, // never above capacity
+	})
 }
 
 // TestBudgetPastMaxOrigins: a bucket that is not full is never forgotten;
@@ -239,48 +249,29 @@ func TestBudgetPastMaxOrigins(t *testing.T) {
 		require.True(t, bud.take(host(i)))
 		require.True(t, bud.take(host(i)))
 	}
-	past, other := host(MaxBudgetOrigins), host(MaxBudgetOrigins+1)
-	steps := []struct {
-		op      string
-		o       origin
-		ok      bool
-		shared  int // tokens left in the shared bucket
-		buckets int // buckets of their own
-	}{
-		{"take", host(0), false, 2, MaxBudgetOrigins}, // empty, and kept
-		{"take", past, true, 1, MaxBudgetOrigins},     // past the bound: the shared bucket
-		{"take", other, true, 0, MaxBudgetOrigins},
-		{"take", past, false, 0, MaxBudgetOrigins},
-		{"take", host(MaxBudgetOrigins + 2), false, 0, MaxBudgetOrigins}, // a new origin past the bound
-		{"answered", other, true, 1, MaxBudgetOrigins},
-		{"take", past, true, 0, MaxBudgetOrigins},
-		{"answered", host(0), true, 0, MaxBudgetOrigins},
-		{"answered", host(0), true, 0, MaxBudgetOrigins - 1}, // full: forgotten, room for one
-		{"take", past, true, 0, MaxBudgetOrigins},            // a bucket of its own, full
-		{"take", past, true, 0, MaxBudgetOrigins},
-		{"take", past, false, 0, MaxBudgetOrigins},
-		{"take", host(0), false, 0, MaxBudgetOrigins},       // forgotten full, the room taken: the shared bucket, empty
-		{"answered", host(5000), true, 1, MaxBudgetOrigins}, // an answer to an origin without a bucket
-		{"take", host(0), true, 0, MaxBudgetOrigins},
-		{"take", host(1), false, 0, MaxBudgetOrigins}, // empty, and kept
-		{"answered", host(0), true, 1, MaxBudgetOrigins},
-		{"answered", host(0), true, 2, MaxBudgetOrigins},
-		{"answered", host(0), true, 2, MaxBudgetOrigins}, // never above capacity
-	}
-	for i, st := range steps {
-		ok := true
-		if st.op == "take" {
-			ok = bud.take(st.o)
-		} else {
-			bud.answered(st.o)
-		}
-		shared := bud.capacity - bud.shared
-		if ok != st.ok || shared != st.shared || len(bud.buckets) != st.buckets {
-			t.Errorf("step %d %s(%s): ok %v, shared %d, buckets %d; want %v, %d, %d",
-				i, st.op, st.o, ok, shared, len(bud.buckets), st.ok, st.shared, st.buckets)
-		}
-	}
-	assert.Equal(t, 0, bud.left(), "the fewest tokens of any origin")
+	past, other, n := host(MaxBudgetOrigins), host(MaxBudgetOrigins+1), MaxBudgetOrigins
+	// Every row's left is 0: origins 1 to 1023 stay empty.
+	playBudget(t, bud, []budgetStep{
+		{"take", host(0), false, 0, 2, n}, // empty, and kept
+		{"take", past, true, 0, 1, n},     // past the bound: the shared bucket
+		{"take", other, true, 0, 0, n},
+		{"take", past, false, 0, 0, n},
+		{"take", host(n + 2), false, 0, 0, n}, // a new origin past the bound
+		{"answered", other, true, 0, 1, n},
+		{"take", past, true, 0, 0, n},
+		{"answered", host(0), true, 0, 0, n},
+		{"answered", host(0), true, 0, 0, n - 1}, // full: forgotten, room for one
+		{"take", past, true, 0, 0, n},            // a bucket of its own, full
+		{"take", past, true, 0, 0, n},
+		{"take", past, false, 0, 0, n},
+		{"take", host(0), false, 0, 0, n},       // forgotten full, the room taken: the shared bucket, empty
+		{"answered", host(5000), true, 0, 1, n}, // an answer to an origin without a bucket
+		{"take", host(0), true, 0, 0, n},
+		{"take", host(1), false, 0, 0, n}, // empty, and kept
+		{"answered", host(0), true, 0, 1, n},
+		{"answered", host(0), true, 0, 2, n},
+		{"answered", host(0), true, 0, 2, n}, // never above capacity
+	})
 }
 
 // TestStatsRefusalsByOrigin: refusals are counted by origin, for the

@@ -60,11 +60,7 @@ func TestTransportDoubtOutlivesRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			steps := make([]step, len(tt.trips))
-			for i, tr := range tt.trips {
-				steps[i] = tr.step
-			}
-			srv := newScripted(t, steps...)
+			srv := newScripted(t, script(tt.trips, func(tr trip) step { return tr.step })...)
 			tr, _ := testTransport(t, nil)
 			tr.Policy = Policy{MaxAttempts: 1} // the SDK on top does the retrying
 			hc := &http.Client{Transport: tr}
@@ -88,10 +84,41 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// TestTransportDoubtWindow: a key's doubt is forgotten DoubtWindow after the
-// last RoundTrip that left it in doubt; zero means DefaultDoubtWindow, a
-// negative window remembers nothing.
-func TestTransportDoubtWindow(t *testing.T) {
+// memorySide makes calls under keys 0, 1, 2 ... to url through a
+// Transport's RoundTrips or a Client's Try, whose memory of doubts is
+// bounded by window and keys, on a fake clock. Each call is one request.
+type memorySide struct {
+	name string
+	make func(t *testing.T, url string, window time.Duration, keys int) (call func(key int) Outcome, clk *fakeClock)
+}
+
+func memorySides() []memorySide {
+	return []memorySide{
+		{"Transport", func(t *testing.T, url string, window time.Duration, keys int) (func(int) Outcome, *fakeClock) {
+			tr, clk := testTransport(t, nil)
+			tr.Policy, tr.DoubtWindow, tr.DoubtKeys = Policy{MaxAttempts: 1}, window, keys
+			hc := &http.Client{Transport: tr}
+			return func(key int) Outcome { return keyedTrip(t, hc, "POST", url, "k-"+itoa(key)).Outcome }, clk
+		}},
+		{"Client", func(t *testing.T, url string, window time.Duration, keys int) (func(int) Outcome, *fakeClock) {
+			c, clk := testClient(t, nil)
+			c.Policy, c.DoubtWindow, c.DoubtKeys = Policy{MaxAttempts: 1}, window, keys
+			intents := map[int]*Intent{}
+			return func(key int) Outcome {
+				if intents[key] == nil {
+					intents[key] = mustIntent(t, "POST", url, "x", WithKey("k-"+itoa(key)))
+				}
+				out, _ := doorTry.call(t, c, intents[key])
+				return out
+			}, clk
+		}},
+	}
+}
+
+// TestDoubtWindow: a Transport or a Client forgets a key's doubt
+// DoubtWindow after the last call that left it in doubt; zero means
+// DefaultDoubtWindow, a negative window remembers nothing.
+func TestDoubtWindow(t *testing.T) {
 	tests := []struct {
 		window time.Duration
 		later  time.Duration
@@ -103,55 +130,52 @@ func TestTransportDoubtWindow(t *testing.T) {
 		{time.Minute, time.Minute, NotApplied},
 		{-1, 0, NotApplied},
 	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("window %v, %v later", tt.window, tt.later), func(t *testing.T) {
-			srv := newScripted(t, hangup, answer(401))
-			tr, clk := testTransport(t, nil)
-			tr.Policy, tr.DoubtWindow = Policy{MaxAttempts: 1}, tt.window
-			hc := &http.Client{Transport: tr}
-			require.Equal(t, Unknown, keyedTrip(t, hc, "POST", srv.URL, "k-1").Outcome)
-			clk.advance(tt.later)
-			got := keyedTrip(t, hc, "POST", srv.URL, "k-1").Outcome
-			assert.Equal(t, tt.want, got, "401 %v after the doubt: outcome = %v, want %v", tt.later, got, tt.want)
+	for _, side := range memorySides() {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s, window %v, %v later", side.name, tt.window, tt.later), func(t *testing.T) {
+				srv := newScripted(t, hangup, answer(401))
+				call, clk := side.make(t, srv.URL, tt.window, 0)
+				require.Equal(t, Unknown, call(1))
+				clk.advance(tt.later)
+				got := call(1)
+				assert.Equal(t, tt.want, got, "401 %v after the doubt: outcome = %v, want %v", tt.later, got, tt.want)
+			})
+		}
+
+		t.Run(side.name+", each doubt restarts the window", func(t *testing.T) {
+			srv := newScripted(t, hangup, answer(401), answer(401), answer(401))
+			call, clk := side.make(t, srv.URL, time.Minute, 0)
+			for i, want := range []Outcome{Unknown, Unknown, Unknown, NotApplied} {
+				got := call(1)
+				assert.Equal(t, want, got, "call %d: outcome = %v, want %v", i+1, got, want)
+				clk.advance(40 * time.Second) // within a minute of the last doubt, twice; then past it
+				if i == 2 {
+					clk.advance(20 * time.Second)
+				}
+			}
 		})
 	}
-
-	t.Run("each doubt restarts the window", func(t *testing.T) {
-		srv := newScripted(t, hangup, answer(401), answer(401), answer(401))
-		tr, clk := testTransport(t, nil)
-		tr.Policy, tr.DoubtWindow = Policy{MaxAttempts: 1}, time.Minute
-		hc := &http.Client{Transport: tr}
-		for i, want := range []Outcome{Unknown, Unknown, Unknown, NotApplied} {
-			got := keyedTrip(t, hc, "POST", srv.URL, "k-1").Outcome
-			assert.Equal(t, want, got, "RoundTrip %d: outcome = %v, want %v", i+1, got, want)
-			clk.advance(40 * time.Second) // within a minute of the last doubt, twice; then past it
-			if i == 2 {
-				clk.advance(20 * time.Second)
-			}
-		}
-	})
 }
 
-// TestTransportDoubtKeys: past DoubtKeys keys in doubt, the one least
-// recently left in doubt is forgotten first.
-func TestTransportDoubtKeys(t *testing.T) {
-	srv := newScripted(t, hangup, hangup, hangup, hangup)
-	tr, clk := testTransport(t, nil)
-	tr.Policy, tr.DoubtKeys = Policy{MaxAttempts: 1}, 2
-	hc := &http.Client{Transport: tr}
-	for _, key := range []string{"k-1", "k-2", "k-1", "k-3"} { // k-1 again: k-2 is the oldest
-		require.Equal(t, Unknown, keyedTrip(t, hc, "POST", srv.URL, key).Outcome)
-		clk.advance(time.Second)
-	}
-	srv.mu.Lock()
-	srv.steps = []step{answer(401), answer(401), answer(401)}
-	srv.mu.Unlock()
-	for _, tt := range []struct {
-		key  string
-		want Outcome
-	}{{"k-2", NotApplied}, {"k-1", Unknown}, {"k-3", Unknown}} {
-		got := keyedTrip(t, hc, "POST", srv.URL, tt.key).Outcome
-		assert.Equal(t, tt.want, got, "401 under %s: outcome = %v, want %v", tt.key, got, tt.want)
+// TestDoubtKeys: past DoubtKeys keys in doubt, the one least recently left
+// in doubt is forgotten first, by a Transport or a Client.
+func TestDoubtKeys(t *testing.T) {
+	for _, side := range memorySides() {
+		t.Run(side.name, func(t *testing.T) {
+			srv := newScripted(t, hangup, hangup, hangup, hangup, answer(401), answer(401), answer(401))
+			call, clk := side.make(t, srv.URL, 0, 2)
+			for _, key := range []int{1, 2, 1, 3} { // 1 again: 2 is the oldest
+				require.Equal(t, Unknown, call(key))
+				clk.advance(time.Second)
+			}
+			for _, tt := range []struct {
+				key  int
+				want Outcome
+			}{{2, NotApplied}, {1, Unknown}, {3, Unknown}} {
+				got := call(tt.key)
+				assert.Equal(t, tt.want, got, "401 under k-%d: outcome = %v, want %v", tt.key, got, tt.want)
+			}
+		})
 	}
 }
 
@@ -315,11 +339,7 @@ func TestClientDoubtOutlivesCall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			steps := make([]step, len(tt.calls))
-			for i, c := range tt.calls {
-				steps[i] = c.step
-			}
-			srv := newScripted(t, steps...)
+			srv := newScripted(t, script(tt.calls, func(c call) step { return c.step })...)
 			c, _ := testClient(t, nil)
 			c.Policy = Policy{MaxAttempts: 1} // one request per call
 			intents := []*Intent{mustIntent(t, tt.method, srv.URL+"/r/1", "x"), mustIntent(t, tt.method, srv.URL+"/r/1", "x")}
@@ -391,53 +411,4 @@ func TestClientDoubtRunner(t *testing.T) {
 			assert.Equal(t, 1, effects, "payments applied")
 		})
 	}
-}
-
-// TestClientDoubtWindow: a Client forgets a key's doubt DoubtWindow after
-// the last call that left it in doubt, and keeps DoubtKeys of them at most,
-// as a Transport does.
-func TestClientDoubtWindow(t *testing.T) {
-	tests := []struct {
-		window time.Duration
-		later  time.Duration
-		want   Outcome
-	}{
-		{0, DefaultDoubtWindow - time.Second, Unknown},
-		{0, DefaultDoubtWindow, NotApplied},
-		{time.Minute, 59 * time.Second, Unknown},
-		{time.Minute, time.Minute, NotApplied},
-		{-1, 0, NotApplied},
-	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("window %v, %v later", tt.window, tt.later), func(t *testing.T) {
-			srv := newScripted(t, hangup, answer(401))
-			c, clk := testClient(t, nil)
-			c.Policy, c.DoubtWindow = Policy{MaxAttempts: 1}, tt.window
-			in := mustIntent(t, "POST", srv.URL, "x")
-			got, _ := doorTry.call(t, c, in)
-			require.Equal(t, Unknown, got)
-			clk.advance(tt.later)
-			got, _ = doorTry.call(t, c, in)
-			assert.Equal(t, tt.want, got, "401 %v after the doubt: outcome = %v, want %v", tt.later, got, tt.want)
-		})
-	}
-
-	t.Run("DoubtKeys", func(t *testing.T) {
-		srv := newScripted(t, hangup, hangup, hangup, hangup, answer(401), answer(401), answer(401))
-		c, clk := testClient(t, nil)
-		c.Policy, c.DoubtKeys = Policy{MaxAttempts: 1}, 2
-		in := []*Intent{mustIntent(t, "POST", srv.URL, "x"), mustIntent(t, "POST", srv.URL, "x"), mustIntent(t, "POST", srv.URL, "x")}
-		for _, i := range []int{0, 1, 0, 2} { // 0 again: 1 is the oldest
-			got, _ := doorDo.call(t, c, in[i])
-			require.Equal(t, Unknown, got)
-			clk.advance(time.Second)
-		}
-		for _, tt := range []struct {
-			i    int
-			want Outcome
-		}{{1, NotApplied}, {0, Unknown}, {2, Unknown}} {
-			got, _ := doorTry.call(t, c, in[tt.i])
-			assert.Equal(t, tt.want, got, "401 under intent %d: outcome = %v, want %v", tt.i, got, tt.want)
-		}
-	})
 }
