@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"container/list"
 	"net"
 	"net/url"
 	"strings"
@@ -14,10 +15,10 @@ import (
 // dry.
 const DefaultBudgetTokens = 30
 
-// MaxBudgetOrigins is how many origins a Budget, and the refusal counts of
-// Stats, keep at most. One more forgets the origin least recently used,
-// which starts full again if it comes back: a budget forgets only what it
-// would allow anyway, capacity retries to an origin seen again.
+// MaxBudgetOrigins is how many origins a Budget keeps a bucket of their
+// own for at most; the origins that spend tokens while that many others
+// hold buckets share one more (see Budget). It bounds the refusal counts of
+// Stats too, which forget the origin that refused least recently.
 const MaxBudgetOrigins = 1024
 
 // Budget is a retry budget shared by every operation of a Client or a
@@ -38,17 +39,28 @@ const MaxBudgetOrigins = 1024
 // never exhaust its bucket. A Client's Resume of an operation in doubt
 // spends no token (see Client.Resume).
 //
-// A bucket that is full again is forgotten, and so is the least recently
-// used one beyond MaxBudgetOrigins origins: a forgotten origin starts full.
-// What is left shows in the Stats of a Client or Transport that uses the
+// A bucket that is full again is forgotten: its origin starts full, as it
+// is. A bucket that is not full is never forgotten, for an origin forgotten
+// while its retries are refused would come back full. Past MaxBudgetOrigins
+// origins holding buckets, the others share one bucket of capacity tokens:
+// their retries take from it and their answers put tokens back in it. So
+// when every origin is dead, retries stop after capacity times
+// MaxBudgetOrigins+1 in all, however many origins there are, and an origin
+// past the bound may be refused for another's outage, as under one budget
+// for all. What is left shows in the Stats of a Client or Transport that uses the
 // Budget (Stats.BudgetTokens: the fewest tokens left to any origin;
 // Stats.BudgetRefusalsByOrigin). A Budget is safe for concurrent use, and
 // may be shared by several Clients and Transports.
 type Budget struct {
 	capacity int // 0: unlimited, and buckets unused
 
-	mu      sync.Mutex     // guards buckets
-	buckets originLRU[int] // tokens left to each origin whose bucket is not full
+	mu sync.Mutex // guards buckets and shared
+	// buckets holds the tokens left to each origin whose bucket is not
+	// full, MaxBudgetOrigins of them at most.
+	buckets map[origin]int
+	// shared counts the tokens taken from the bucket of the origins past
+	// MaxBudgetOrigins and not put back: it holds capacity - shared.
+	shared int
 }
 
 // NewBudget returns a budget of capacity tokens per origin. A capacity of 0
@@ -65,46 +77,59 @@ func (b *Budget) left() int {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := b.capacity
-	for _, e := range b.buckets.m {
-		n = min(n, e.v)
+	n := b.capacity - b.shared
+	for _, tokens := range b.buckets {
+		n = min(n, tokens)
 	}
 	return n
 }
 
 // take spends a token of o's bucket for a retry, or reports false when
-// none is left.
+// none is left. An origin without a bucket gets a full one while fewer than
+// MaxBudgetOrigins origins hold one, and takes from the shared bucket
+// otherwise.
 func (b *Budget) take(o origin) bool {
 	if b.capacity == 0 {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tokens := b.buckets.get(o)
-	if tokens == nil {
-		tokens = b.buckets.add(o, b.capacity)
-	}
-	if *tokens == 0 {
+	tokens, ok := b.buckets[o]
+	switch {
+	case ok && tokens == 0:
 		return false
+	case ok:
+		b.buckets[o] = tokens - 1
+	case len(b.buckets) < MaxBudgetOrigins:
+		if b.buckets == nil {
+			b.buckets = make(map[origin]int)
+		}
+		b.buckets[o] = b.capacity - 1
+	case b.shared == b.capacity:
+		return false
+	default:
+		b.shared++
 	}
-	*tokens--
 	return true
 }
 
 // answered puts a token back in o's bucket after an answer that ended an
-// operation. A full bucket, most often none at all, costs a map lookup.
+// operation, or in the shared bucket when o has none. Full buckets, most
+// often none at all, cost a map lookup.
 func (b *Budget) answered(o origin) {
 	if b.capacity == 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tokens := b.buckets.get(o)
-	if tokens == nil {
-		return
-	}
-	if *tokens++; *tokens >= b.capacity {
-		b.buckets.remove(o)
+	tokens, ok := b.buckets[o]
+	switch {
+	case !ok:
+		b.shared = max(b.shared-1, 0)
+	case tokens+1 >= b.capacity:
+		delete(b.buckets, o)
+	default:
+		b.buckets[o] = tokens + 1
 	}
 }
 
@@ -181,17 +206,17 @@ func (o origin) String() string {
 }
 
 // originLRU maps origins to values, MaxBudgetOrigins of them at most:
-// adding one more forgets the least recently used, found by a scan, which
-// only a new origin beyond the bound costs. Its zero value is ready; it is
-// not safe for concurrent use.
+// adding one more forgets the least recently used. It keeps what may be
+// forgotten (the refusal counts of Stats), never a Budget's buckets. Its
+// zero value is ready; it is not safe for concurrent use.
 type originLRU[V any] struct {
-	m    map[origin]*lruEntry[V]
-	tick uint64 // counts uses; an entry's used is the tick of its last
+	m     map[origin]*list.Element // of *lruEntry[V]
+	order list.List                // of *lruEntry[V], least recently used first
 }
 
 type lruEntry[V any] struct {
-	v    V
-	used uint64
+	o origin
+	v V
 }
 
 // get returns o's value, marked used, or nil when o has none.
@@ -200,34 +225,29 @@ func (l *originLRU[V]) get(o origin) *V {
 	if e == nil {
 		return nil
 	}
-	l.tick++
-	e.used = l.tick
-	return &e.v
+	l.order.MoveToBack(e)
+	return &e.Value.(*lruEntry[V]).v
 }
 
 // add sets o's value to v and returns it, forgetting the least recently
-// used origin first when the map is full.
+// used origin first when the map is full. o must have no value.
 func (l *originLRU[V]) add(o origin, v V) *V {
 	if l.m == nil {
-		l.m = make(map[origin]*lruEntry[V])
+		l.m = make(map[origin]*list.Element)
 	}
-	if _, ok := l.m[o]; !ok && len(l.m) >= MaxBudgetOrigins {
-		var (
-			oldest origin
-			least  = l.tick + 1
-		)
-		for k, e := range l.m {
-			if e.used < least {
-				oldest, least = k, e.used
-			}
-		}
-		delete(l.m, oldest)
+	if len(l.m) >= MaxBudgetOrigins {
+		oldest := l.order.Front()
+		delete(l.m, oldest.Value.(*lruEntry[V]).o)
+		l.order.Remove(oldest)
 	}
-	l.tick++
-	e := &lruEntry[V]{v: v, used: l.tick}
-	l.m[o] = e
+	e := &lruEntry[V]{o: o, v: v}
+	l.m[o] = l.order.PushBack(e)
 	return &e.v
 }
 
-// remove forgets o.
-func (l *originLRU[V]) remove(o origin) { delete(l.m, o) }
+// each calls f with each origin and its value, in no order.
+func (l *originLRU[V]) each(f func(origin, V)) {
+	for o, e := range l.m {
+		f(o, e.Value.(*lruEntry[V]).v)
+	}
+}

@@ -3,10 +3,13 @@ package idem
 import (
 	"context"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -190,27 +193,20 @@ func TestOriginOf(t *testing.T) {
 	assert.Equal(t, origin{}, originOf(nil))
 }
 
-// TestBudgetPerOrigin: each origin has a bucket of the capacity; a bucket
-// full again is forgotten; left is the fewest tokens of any origin.
-func TestBudgetPerOrigin(t *testing.T) {
-	a, b := origin{"https", "a", "443"}, origin{"https", "b", "443"}
-	bud := NewBudget(2)
-	steps := []struct {
-		op     string
-		o      origin
-		ok     bool
-		left   int // fewest tokens of any origin
-		origin int // buckets kept
-	}{
-		{"take", a, true, 1, 1},
-		{"take", a, true, 0, 1},
-		{"take", a, false, 0, 1},
-		{"take", b, true, 0, 2}, // a dead a spends nothing of b's
-		{"answered", a, true, 1, 2},
-		{"answered", b, true, 1, 1}, // b full: forgotten
-		{"answered", a, true, 2, 0},
-		{"answered", a, true, 2, 0}, // never above capacity
-	}
+// budgetStep is a take or an answer (answered) of o's, what take returned
+// (true for an answer), and what the Budget holds after it: the fewest
+// tokens of any origin (left), the tokens of the shared bucket and the
+// number of buckets of their own.
+type budgetStep struct {
+	op                    string
+	o                     origin
+	ok                    bool
+	left, shared, buckets int
+}
+
+// playBudget plays steps on bud, checking each.
+func playBudget(t *testing.T, bud *Budget, steps []budgetStep) {
+	t.Helper()
 	for i, st := range steps {
 		ok := true
 		if st.op == "take" {
@@ -218,28 +214,64 @@ func TestBudgetPerOrigin(t *testing.T) {
 		} else {
 			bud.answered(st.o)
 		}
-		if ok != st.ok || bud.left() != st.left || len(bud.buckets.m) != st.origin {
-			t.Errorf("step %d %s(%s): ok %v, left %d, buckets %d; want %v, %d, %d",
-				i, st.op, st.o, ok, bud.left(), len(bud.buckets.m), st.ok, st.left, st.origin)
+		left, shared := bud.left(), bud.capacity-bud.shared
+		if ok != st.ok || left != st.left || shared != st.shared || len(bud.buckets) != st.buckets {
+			t.Errorf("step %d %s(%s): ok %v, left %d, shared %d, buckets %d; want %v, %d, %d, %d",
+				i, st.op, st.o, ok, left, shared, len(bud.buckets), st.ok, st.left, st.shared, st.buckets)
 		}
 	}
 }
 
-// TestBudgetForgetsLeastRecentlyUsed: past MaxBudgetOrigins origins, the
-// one least recently used is forgotten and starts full again.
-func TestBudgetForgetsLeastRecentlyUsed(t *testing.T) {
+// TestBudgetPerOrigin: each origin has a bucket of the capacity; a bucket
+// full again is forgotten; left is the fewest tokens of any origin.
+func TestBudgetPerOrigin(t *testing.T) {
+	a, b := origin{"https", "a", "443"}, origin{"https", "b", "443"}
+	playBudget(t, NewBudget(2), []budgetStep{
+		{"take", a, true, 1, 2, 1},
+		{"take", a, true, 0, 2, 1},
+		{"take", a, false, 0, 2, 1},
+		{"take", b, true, 0, 2, 2}, // a dead a spends nothing of b's
+		{"answered", a, true, 1, 2, 2},
+		{"answered", b, true, 1, 2, 1}, // b full: forgotten
+		{"answered", a, true, 2, 2, 0},
+		{"answered", a, true, 2, 2, 0}, // never above capacity
+	})
+}
+
+// TestBudgetPastMaxOrigins: a bucket that is not full is never forgotten;
+// past MaxBudgetOrigins origins holding buckets, the others share one, which
+// their answers fill again; an answer that fills an origin's bucket makes
+// room for another.
+func TestBudgetPastMaxOrigins(t *testing.T) {
 	host := func(i int) origin { return origin{"https", "h" + itoa(i), "443"} }
-	bud := NewBudget(1)
+	bud := NewBudget(2)
 	for i := range MaxBudgetOrigins {
 		require.True(t, bud.take(host(i)))
+		require.True(t, bud.take(host(i)))
 	}
-	require.False(t, bud.take(host(0)), "origin 0 is empty, and now the most recently used")
-	require.True(t, bud.take(host(MaxBudgetOrigins)), "a new origin starts full")
-	assert.Len(t, bud.buckets.m, MaxBudgetOrigins)
-	assert.False(t, bud.take(host(0)), "origin 0 was used recently: kept, still empty")
-	assert.True(t, bud.take(host(1)), "origin 1, least recently used, was forgotten: full again")
-	assert.Len(t, bud.buckets.m, MaxBudgetOrigins)
-	assert.Equal(t, 0, bud.left())
+	past, other, n := host(MaxBudgetOrigins), host(MaxBudgetOrigins+1), MaxBudgetOrigins
+	// Every row's left is 0: origins 1 to 1023 stay empty.
+	playBudget(t, bud, []budgetStep{
+		{"take", host(0), false, 0, 2, n}, // empty, and kept
+		{"take", past, true, 0, 1, n},     // past the bound: the shared bucket
+		{"take", other, true, 0, 0, n},
+		{"take", past, false, 0, 0, n},
+		{"take", host(n + 2), false, 0, 0, n}, // a new origin past the bound
+		{"answered", other, true, 0, 1, n},
+		{"take", past, true, 0, 0, n},
+		{"answered", host(0), true, 0, 0, n},
+		{"answered", host(0), true, 0, 0, n - 1}, // full: forgotten, room for one
+		{"take", past, true, 0, 0, n},            // a bucket of its own, full
+		{"take", past, true, 0, 0, n},
+		{"take", past, false, 0, 0, n},
+		{"take", host(0), false, 0, 0, n},       // forgotten full, the room taken: the shared bucket, empty
+		{"answered", host(5000), true, 0, 1, n}, // an answer to an origin without a bucket
+		{"take", host(0), true, 0, 0, n},
+		{"take", host(1), false, 0, 0, n}, // empty, and kept
+		{"answered", host(0), true, 0, 1, n},
+		{"answered", host(0), true, 0, 2, n},
+		{"answered", host(0), true, 0, 2, n}, // never above capacity
+	})
 }
 
 // TestStatsRefusalsByOrigin: refusals are counted by origin, for the
@@ -297,4 +329,41 @@ func TestTransportBudgetPerOrigin(t *testing.T) {
 	st := tr.Stats()
 	assert.Equal(t, map[string]uint64{dead.URL: 1}, st.BudgetRefusalsByOrigin)
 	assert.Equal(t, 0, st.BudgetTokens)
+}
+
+// refusedDials is an http.RoundTripper for which every origin is dead: it
+// fails each request as a refused dial fails, before anything is sent
+// (never sent), and counts them.
+type refusedDials struct{ n atomic.Int64 }
+
+func (d *refusedDials) RoundTrip(req *http.Request) (*http.Response, error) {
+	d.n.Add(1)
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: &net.AddrError{Err: syscall.ECONNREFUSED.Error(), Addr: req.URL.Host}}
+}
+
+// TestBudgetManyDeadOrigins: with every origin dead, a Client sends intents
+// to 2,000 origins in turn, 40 to each. Forgetting an origin must not refill
+// its bucket: retries stay near the reserve of the origins the Budget
+// keeps, and the intents cost at most 1.5 requests each, not 4 (one attempt
+// and three retries each, when every origin is forgotten before it comes
+// back, full).
+func TestBudgetManyDeadOrigins(t *testing.T) {
+	const origins, rounds = 2000, 40
+	dials := &refusedDials{}
+	c, _ := testClient(t, &http.Client{Transport: dials})
+	ctx := context.Background()
+	for range rounds {
+		for o := range origins {
+			_, err := c.Do(ctx, mustIntent(t, "POST", "http://o"+itoa(o)+".test/payments", "x"))
+			require.ErrorIs(t, err, ErrNotApplied)
+		}
+	}
+	const n = origins * rounds
+	perIntent := float64(dials.n.Load()) / float64(n)
+	st := c.Stats()
+	t.Logf("%d dead origins, %d intents each: %d requests, %.2f per intent, %d budget refusals",
+		origins, rounds, dials.n.Load(), perIntent, st.BudgetRefusals)
+	assert.LessOrEqual(t, perIntent, 1.5, "requests per intent")
+	assert.LessOrEqual(t, dials.n.Load()-n, int64((MaxBudgetOrigins+1)*DefaultBudgetTokens), "retries in all")
+	assert.Positive(t, st.BudgetRefusals)
 }

@@ -101,11 +101,24 @@ type Client struct {
 	// nil keeps req's. A tracer starts the attempt's span here and puts its
 	// context in the request's headers.
 	OnSend func(req *http.Request) context.Context
+	// DoubtWindow is how long the Client remembers a key that a call (Do,
+	// Resume or Try) left in doubt, an Unknown outcome, so that a later call
+	// under the key, told nothing of the earlier one (a Do, a Resume without
+	// the error, a Try without the prior, as a job runner that restarted
+	// makes it), ends Unknown short of success too, never NotApplied; a
+	// success under the key settles it. If zero, DefaultDoubtWindow is used;
+	// a negative value remembers nothing.
+	DoubtWindow time.Duration
+	// DoubtKeys bounds how many keys in doubt are remembered, the least
+	// recently left in doubt forgotten first. If zero or negative,
+	// DefaultDoubtKeys is used.
+	DoubtKeys int
 
 	budget  ownBudget
 	hcOnce  sync.Once
 	hc      *http.Client // HTTPClient with RedirectPolicy; made on first use
 	metrics metrics
+	doubts  doubts
 
 	// Seams for tests: nil means the real clock and math/rand/v2.
 	clock clock
@@ -216,8 +229,10 @@ func attemptText(a Attempt) string {
 // moved?); after a 303 the write was applied and its GET looped: a Result,
 // Applied.
 //
-// Each Do is a run of its own and knows nothing of an earlier one: to run an
-// intent again after an Unknown outcome, use Resume.
+// Each Do is a run of its own and knows of an earlier one only what the
+// Client remembers (DoubtWindow): that a call left the intent's key in
+// doubt, which puts this run in doubt from the start. To run an intent again
+// after an Unknown outcome, use Resume.
 func (c *Client) Do(ctx context.Context, in *Intent) (*Result, error) {
 	return c.run(ctx, in, false)
 }
@@ -259,16 +274,20 @@ func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, er
 	}
 	r.inDoubt = inDoubt
 	r.budget.free = inDoubt && r.hasKey // learning the outcome, not sending it again
+	dc := c.doubts.begin(&r, in.key, c.doubtLimits())
 	ctx, end := r.obs.startOperation(ctx, &r)
 	resp, d, e := r.loop(ctx)
 	if e != nil {
 		drain(resp)
+		e.Reason = dc.note(e.Reason)
+		dc.end(e.Outcome)
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
 		end(e.Outcome, e)
 		return nil, e
 	}
 	res := r.result(&st.one)
 	res.Outcome, res.Replayed, res.Response = d.Outcome, replay.Replayed(ownAnswer(resp, r.method).Header), resp
+	dc.end(res.Outcome)
 	r.obs.finish(ctx, &r, res.Outcome, res.Replayed, nil)
 	end(res.Outcome, nil)
 	return res, nil
@@ -349,6 +368,9 @@ func (c *Client) initRun(r *run, st *opState, ctx context.Context, in *Intent, p
 	}
 	return nil
 }
+
+// doubtLimits are the bounds of the Client's memory of keys in doubt.
+func (c *Client) doubtLimits() doubtLimits { return doubtLimits{c.DoubtWindow, c.DoubtKeys} }
 
 // Stats returns the Client's counters.
 func (c *Client) Stats() Stats { return c.metrics.stats(c.budget.or(c.Budget)) }

@@ -93,6 +93,16 @@ func answer(status int, kv ...string) step {
 
 var hangup = step{hangup: true}
 
+// script returns the step of each of xs, in order: a scripted server's
+// script for a table whose rows each hold a step.
+func script[T any](xs []T, stepOf func(T) step) []step {
+	steps := make([]step, len(xs))
+	for i, x := range xs {
+		steps[i] = stepOf(x)
+	}
+	return steps
+}
+
 // seen is one request as the scripted server saw it.
 type seen struct {
 	method, key, auth, body string

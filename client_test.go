@@ -513,30 +513,37 @@ func TestDoAttemptTimeoutSparesTheBody(t *testing.T) {
 	assert.Len(t, b, len(big))
 }
 
-// TestDoAgainAfterAmbiguous: an Intent keeps no history, so a second Do is a
-// run of its own; Resume, given the first run's error, judges the answers in
-// its light: after an attempt in doubt a refusal no longer proves the
-// operation was not applied, and a DELETE's 404 is the earlier delete.
+// TestDoAgainAfterAmbiguous: an Intent keeps no history, but its Client
+// remembers the keys it left in doubt (DoubtWindow), so a second Do judges
+// its answers as Resume, given the first run's error, does: after an attempt
+// in doubt a refusal no longer proves the operation was not applied, and a
+// DELETE's 404 is the earlier delete. With the memory off, a second Do is a
+// run of its own.
 func TestDoAgainAfterAmbiguous(t *testing.T) {
+	const off = -1 // DoubtWindow: remember nothing
 	tests := []struct {
 		name    string
 		method  string
 		again   step
 		resume  bool
+		window  time.Duration
 		outcome Outcome
 	}{
-		{"Do: a 400 refuses this run", "POST", answer(400), false, NotApplied},
-		{"Resume: a 400 leaves the first run in doubt", "POST", answer(400), true, Unknown},
-		{"Resume: a keyed 409 is in doubt anyway", "POST", answer(409, "Retry-After", "3600"), true, Unknown},
-		{"Do: a DELETE's 404 is a refusal", "DELETE", answer(404), false, NotApplied},
-		{"Resume: a DELETE's 404 is the first run's delete", "DELETE", answer(404), true, AlreadyApplied},
-		{"Resume: a replay settles it", "POST", answer(201, "Idempotent-Replayed", "true"), true, Applied},
+		{"Do: a 400 leaves the first run in doubt", "POST", answer(400), false, 0, Unknown},
+		{"Do, memory off: a 400 refuses this run", "POST", answer(400), false, off, NotApplied},
+		{"Resume: a 400 leaves the first run in doubt", "POST", answer(400), true, 0, Unknown},
+		{"Resume, memory off: a 400 leaves the first run in doubt", "POST", answer(400), true, off, Unknown},
+		{"Resume: a keyed 409 is in doubt anyway", "POST", answer(409, "Retry-After", "3600"), true, 0, Unknown},
+		{"Do: a DELETE's 404 is the first run's delete", "DELETE", answer(404), false, 0, AlreadyApplied},
+		{"Do, memory off: a DELETE's 404 is a refusal", "DELETE", answer(404), false, off, NotApplied},
+		{"Resume: a DELETE's 404 is the first run's delete", "DELETE", answer(404), true, 0, AlreadyApplied},
+		{"Resume: a replay settles it", "POST", answer(201, "Idempotent-Replayed", "true"), true, 0, Applied},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newScripted(t, hangup, tt.again)
 			c, _ := testClient(t, nil)
-			c.Policy.MaxAttempts = 1
+			c.Policy.MaxAttempts, c.DoubtWindow = 1, tt.window
 			in := mustIntent(t, tt.method, srv.URL+"/r/1", "x")
 			_, first := c.Do(context.Background(), in)
 			require.ErrorIs(t, first, ErrOutcomeUnknown)

@@ -88,10 +88,14 @@
 //     gone out (Wire.Resent). Once in doubt only a success settles it: a
 //     later 4xx proves that attempt did nothing, not the earlier one.
 //
-// An Intent is immutable data and remembers nothing of its runs: each Do is
-// a run of its own. To run an intent again after Unknown, the way to
-// reconcile under its key, pass the first run's error to Client.Resume,
-// which judges the answers in that run's light.
+// An Intent is immutable data and remembers nothing of its runs. Its Client
+// remembers the keys its calls left in doubt, for Client.DoubtWindow: a Do,
+// Resume or Try under such a key starts in doubt, whatever its caller was
+// told, so a job runner that restarted without the prior it lost reads a
+// later 4xx as Unknown, never NotApplied, until a success settles the key.
+// To run an intent again after Unknown, the way to reconcile under its key,
+// pass the first run's error to Client.Resume, which judges the answers in
+// that run's light.
 //
 // The zero Outcome, NoOutcome, means none yet.
 //
@@ -115,7 +119,7 @@
 // For existing *http.Client code, Transport applies the same decisions
 // without an Intent; it never makes up a key, and a Report attached with
 // WithReport tells the outcome behind the response it hands back. It
-// remembers the keys it left in doubt for a while, so that an SDK's own
+// remembers the keys it left in doubt as a Client does, so that an SDK's own
 // retry under one of them reads Unknown short of success; still, turn such
 // retries off. The queue package keeps intents
 // on disk and sends them after outages and restarts, never past the time the

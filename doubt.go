@@ -7,40 +7,42 @@ import (
 	"time"
 )
 
-// DefaultDoubtWindow is how long a Transport remembers a key that a
-// RoundTrip left in doubt when Transport.DoubtWindow is zero: 24 hours, the
-// least time Stripe keeps a key, within which a resend under it can still
-// meet the first request's record.
+// DefaultDoubtWindow is how long a Client or Transport remembers a key
+// that a call left in doubt when its DoubtWindow is zero: 24 hours, the least
+// time Stripe keeps a key, within which a resend under it can still meet the
+// first request's record.
 const DefaultDoubtWindow = 24 * time.Hour
 
-// DefaultDoubtKeys is how many keys in doubt a Transport remembers when
-// Transport.DoubtKeys is zero or negative; each costs about 200 bytes.
+// DefaultDoubtKeys is how many keys in doubt a Client or Transport remembers
+// when its DoubtKeys is zero or negative; each costs about 200 bytes.
 const DefaultDoubtKeys = 10000
 
-// doubtNote ends the reason of a RoundTrip that ended short of success
-// under a key an earlier one left in doubt: its own attempts may show none.
+// doubtNote ends the reason of a call that ended short of success under a
+// key an earlier call left in doubt: its own attempts may show none.
 const doubtNote = "; an earlier request under this key was left in doubt"
 
-// doubts remembers the keys that a Transport's RoundTrips left in doubt, so
-// that a later RoundTrip under the same key starts in doubt: an SDK that
-// retries on top of the Transport resends the same request, and a 4xx to
-// the resend proves only that the resend was not applied, not the first.
+// doubts remembers the keys that the calls of a Client (Do, Resume, Try) or
+// of a Transport (RoundTrip) left in doubt, so that a later call under the
+// same key starts in doubt: an SDK that retries on top of the Transport
+// resends the same request, a job runner that restarted tries its job again
+// without the prior it lost, and a 4xx to the resend proves only that the
+// resend was not applied, not the first.
 //
-// It is bounded in time (a key is forgotten a window after the last
-// RoundTrip that left it in doubt) and in entries (the oldest is forgotten
-// first). A key forgotten too early errs as a Transport without the memory
-// would: a later 4xx under it reads NotApplied. The zero value is empty and
-// ready to use.
+// It is bounded in time (a key is forgotten a window after the last call
+// that left it in doubt) and in entries (the oldest is forgotten first). A
+// key forgotten too early errs as a call without the memory would: a later
+// 4xx under it reads NotApplied. The zero value is empty and ready to use.
 type doubts struct {
-	// n is the number of keys held, read without the lock: a Transport with
-	// nothing in doubt, the usual case, pays one atomic load per RoundTrip.
+	// n is the number of keys held, read without the lock: a Client or
+	// Transport with nothing in doubt, the usual case, pays one atomic load
+	// per call.
 	n     atomic.Int64
 	mu    sync.Mutex               // guards keys and order
 	keys  map[string]*list.Element // of *doubt, by key
 	order list.List                // of *doubt, least recently left in doubt first
 }
 
-// doubt is one key in doubt and when a RoundTrip last left it so.
+// doubt is one key in doubt and when a call last left it so.
 type doubt struct {
 	key string
 	at  time.Time
@@ -65,7 +67,7 @@ func (m *doubts) has(key string, c clock, window time.Duration) bool {
 	return true
 }
 
-// add records that a RoundTrip under key ended in doubt at now, forgetting
+// add records that a call under key ended in doubt at now, forgetting
 // the keys whose window has passed and then the oldest beyond max.
 func (m *doubts) add(key string, now time.Time, window time.Duration, max int) {
 	m.mu.Lock()
@@ -88,7 +90,7 @@ func (m *doubts) add(key string, now time.Time, window time.Duration, max int) {
 	m.n.Store(int64(m.order.Len()))
 }
 
-// drop forgets key: a RoundTrip under it succeeded, which settles the doubt.
+// drop forgets key: a call under it succeeded, which settles the doubt.
 func (m *doubts) drop(key string) {
 	if key == "" || m.n.Load() == 0 {
 		return
@@ -107,36 +109,65 @@ func (m *doubts) remove(e *list.Element) {
 	m.n.Store(int64(m.order.Len()))
 }
 
-// inDoubt reports whether an earlier RoundTrip left key in doubt within
-// the Transport's window.
-func (t *Transport) inDoubt(key string, c clock) bool {
-	return t.doubts.has(key, c, t.doubtWindow())
+// doubtLimits are the bounds of a memory of doubts, as a Client's or
+// Transport's DoubtWindow and DoubtKeys set them.
+type doubtLimits struct {
+	window time.Duration // 0: DefaultDoubtWindow; negative: remember nothing
+	keys   int           // zero or negative: DefaultDoubtKeys
 }
 
-// settle records what a RoundTrip under key concluded, out being its
-// outcome: Unknown leaves key in doubt for a window from now, a success
-// settles it, and NotApplied, which only a RoundTrip that did not start in
-// doubt concludes, changes nothing. The GET that a redirect made of a write
-// (changed) settles nothing: its answer says nothing of the write.
-func (t *Transport) settle(key string, out Outcome, changed bool, c clock) {
-	if key == "" || changed {
+// doubtCall is one call's use of a memory of doubts: a Do, Resume or Try
+// of a Client, a RoundTrip of a Transport. It is the one place where a call
+// asks the memory and tells it what the call concluded.
+type doubtCall struct {
+	m          *doubts
+	key        string // "" when the call has no key or the memory is off
+	window     time.Duration
+	keys       int
+	clock      clock
+	remembered bool // an earlier call left key in doubt
+}
+
+// begin starts r's call under key: r starts in doubt when an earlier call
+// left key in doubt within the window.
+func (m *doubts) begin(r *run, key string, lim doubtLimits) doubtCall {
+	dc := doubtCall{m: m, key: key, window: lim.window, keys: lim.keys, clock: r.clock}
+	switch {
+	case lim.window < 0:
+		dc.key = "" // the memory is off
+	case lim.window == 0:
+		dc.window = DefaultDoubtWindow
+	}
+	if dc.keys <= 0 {
+		dc.keys = DefaultDoubtKeys
+	}
+	dc.remembered = m.has(dc.key, dc.clock, dc.window)
+	r.inDoubt = r.inDoubt || dc.remembered
+	return dc
+}
+
+// end records what the call concluded, out being its outcome: Unknown
+// leaves the key in doubt for a window from now, a success settles it, and
+// NotApplied, which only a call that did not start in doubt concludes,
+// changes nothing.
+func (dc doubtCall) end(out Outcome) {
+	if dc.key == "" {
 		return
 	}
 	switch out {
 	case Unknown:
-		max := t.DoubtKeys
-		if max <= 0 {
-			max = DefaultDoubtKeys
-		}
-		t.doubts.add(key, c.Now(), t.doubtWindow(), max)
+		dc.m.add(dc.key, dc.clock.Now(), dc.window, dc.keys)
 	case Applied, AlreadyApplied:
-		t.doubts.drop(key)
+		dc.m.drop(dc.key)
 	}
 }
 
-func (t *Transport) doubtWindow() time.Duration {
-	if t.DoubtWindow == 0 {
-		return DefaultDoubtWindow
+// note returns reason, the call's reason to stop short of success, saying
+// that an earlier call left the key in doubt when the memory put the call in
+// doubt: its own attempts may show no doubt.
+func (dc doubtCall) note(reason string) string {
+	if dc.remembered && reason != "" {
+		return reason + doubtNote
 	}
-	return t.DoubtWindow
+	return reason
 }

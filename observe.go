@@ -79,9 +79,7 @@ func (m *metrics) stats(b *Budget) Stats {
 		BudgetRefusalsByOrigin: map[string]uint64{},
 	}
 	m.mu.Lock()
-	for o, e := range m.refusals.m {
-		s.BudgetRefusalsByOrigin[o.String()] = e.v
-	}
+	m.refusals.each(func(o origin, n uint64) { s.BudgetRefusalsByOrigin[o.String()] = n })
 	m.mu.Unlock()
 	for c := range m.retries {
 		n := m.retries[c].Load()

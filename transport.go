@@ -69,14 +69,11 @@ type Transport struct {
 	OnAttempt   func(context.Context, AttemptInfo)
 	OnOperation func(ctx context.Context, method, url string) (_ context.Context, end func(Outcome, error))
 	OnSend      func(req *http.Request) context.Context
-	// DoubtWindow is how long the Transport remembers a key that a
-	// RoundTrip left in doubt (Unknown), so that a later RoundTrip under the
-	// same key, an SDK's own retry, ends Unknown short of success too. If
-	// zero, DefaultDoubtWindow is used; a negative value remembers nothing.
+	// DoubtWindow and DoubtKeys bound the Transport's memory of the keys
+	// its RoundTrips left in doubt, as Client's do: a later RoundTrip under
+	// such a key, an SDK's own retry, ends Unknown short of success too.
 	DoubtWindow time.Duration
-	// DoubtKeys bounds how many keys in doubt are remembered, the oldest
-	// forgotten first. If zero or negative, DefaultDoubtKeys is used.
-	DoubtKeys int
+	DoubtKeys   int
 
 	budget  ownBudget
 	metrics metrics
@@ -143,11 +140,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if prev != nil {
 		r.inDoubt = prev.inDoubt || (changed && prev.outcome != NotApplied)
 	}
-	if t.DoubtWindow < 0 {
-		key = "" // the memory of doubts is off
+	dc := t.doubts.begin(&r, key, doubtLimits{t.DoubtWindow, t.DoubtKeys}) // an SDK's resend of a request left in doubt
+	if changed {
+		dc.key = "" // the GET a redirect made of a write settles nothing: its answer says nothing of the write
 	}
-	remembered := t.inDoubt(key, r.clock) // an SDK's resend of a request left in doubt
-	r.inDoubt = r.inDoubt || remembered
 	ctx, end := r.obs.startOperation(req.Context(), &r)
 	var (
 		resp *http.Response
@@ -159,8 +155,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		resp, d, e = r.loop(ctx)
 	}
-	if e != nil && remembered {
-		e.Reason += doubtNote
+	if e != nil {
+		e.Reason = dc.note(e.Reason)
 	}
 	if !s.used {
 		closeBody(req) // no attempt took it
@@ -169,7 +165,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if e != nil && resp == nil {
 		e.URL = req.URL.String()
 		r.obs.finish(ctx, &r, e.Outcome, false, e)
-		t.settle(key, e.Outcome, changed, r.clock)
+		dc.end(e.Outcome)
 		rep.fill(Report{Outcome: e.Outcome, Err: e, Attempts: e.Attempts}, prev, changed)
 		end(e.Outcome, e)
 		return nil, e
@@ -181,7 +177,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	replayed := replay.Replayed(resp.Header)
 	r.obs.finish(ctx, &r, out, replayed, e)
-	t.settle(key, out, changed, r.clock)
+	dc.end(out)
 	if rep != nil {
 		rep.fill(Report{Outcome: out, Replayed: replayed, Err: e, Attempts: r.trail()}, prev, changed)
 	}

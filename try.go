@@ -70,7 +70,11 @@ type Step struct {
 // Resume: Unknown when one left it in doubt, as the Outcome of a Step or
 // an *Error says; then only a success settles the operation, and under
 // DeleteAfterDoubt a DELETE answered 404 or 410 is AlreadyApplied. Any
-// other value, NoOutcome for a first attempt, means none did. timeout
+// other value, NoOutcome for a first attempt, means none did, as far as the
+// caller knows: a call of the Client that left the intent's key in doubt
+// within DoubtWindow puts the attempt in doubt whatever prior says, and
+// Try tells the Client what the attempt concluded as it returns, Report or
+// not. timeout
 // bounds the attempt until its response headers arrive, as
 // Policy.AttemptTimeout does; 0 means no bound but ctx.
 //
@@ -96,14 +100,16 @@ func (c *Client) Try(ctx context.Context, in *Intent, prior Outcome, timeout tim
 		return nil, err
 	}
 	r.inDoubt = prior == Unknown
+	dc := c.doubts.begin(r, in.key, c.doubtLimits())
 	resp, d, err := r.step(ctx)
 	if err != nil {
 		return nil, err
 	}
+	dc.end(d.Outcome) // now: a runner that never calls Report may still try again
 	b.ctx = ctx
 	b.step = Step{
 		Attempt: r.latest, Action: d.Action, Outcome: d.Outcome, InDoubt: d.InDoubt,
-		Reason: d.Reason, Cause: d.Cause, Response: resp, N: 1, Report: b.report,
+		Reason: dc.note(d.Reason), Cause: d.Cause, Response: resp, N: 1, Report: b.report,
 	}
 	return &b.step, nil
 }
