@@ -177,6 +177,14 @@
 // without them, as the root package's do, and a refused
 // key by the ID of the record that holds it.
 //
+// Options.Notify runs on a goroutine of the Queue's own, one event at a
+// time, in order; the drainer does not wait for it. Close waits for every
+// event to be delivered, save a Notify call already under way, which may be
+// Close's own caller: Notify may call Close.
+//
+// Discard is an operator's removal of a record that is not in flight: a
+// Wait for it returns ErrDiscarded, since it will never settle.
+//
 // # A hook that panics
 //
 // The drainer's goroutines are the queue's, not the application's. A
@@ -197,15 +205,8 @@
 // the request's going out, so the record then counts as in doubt, as after
 // a crash; so does a success the queue could not record. Mend the hook,
 // then Wake (or restart: the bbolt store does not keep holds in its file)
-// sends the record again, under its key. A panic in idem's own code is not
-// recovered, nor one in Options.Notify, which runs on a goroutine of its
-// own.
-//
-// Options.Notify runs on a goroutine of the Queue's own, one event at a
-// time, in order; the drainer does not wait for it. Close waits for every
-// event to be delivered, save a Notify call already under way, which may be
-// Close's own caller: Notify may call Close.
-//
-// Discard is an operator's removal of a record that is not in flight: a
-// Wait for it returns ErrDiscarded, since it will never settle.
+// sends the record again, under its key. A panic in the queue's own code
+// (its store, its schedule) is not recovered, nor one in Options.Notify,
+// which runs on a goroutine of its own; one within Client.Try counts as
+// its hooks'.
 package queue

@@ -22,14 +22,16 @@ import (
 // operation: failing the record would settle it on no answer from the
 // server, Unknown or NotApplied, and invite a Resubmit under a new key;
 // holding it waits for the operator, who mends the hook and calls Wake (or
-// restarts), and the record goes on with its key. A panic of idem's own
-// code is not recovered: nothing says the drain's state is sound.
+// restarts), and the record goes on with its key. A panic in the queue's
+// own code (its store, its schedule) is not recovered: nothing says the
+// drain's state is sound. Client.Try counts as the Client's hooks: from
+// here, a panic in its own code cannot be told from one in theirs.
 
 // hookIn names the user code a drain is running, if any.
 type hookIn uint8
 
 const (
-	inIdem       hookIn = iota // idem's own code
+	inIdem       hookIn = iota // the queue's own code
 	inStartDrain               // Options.Tracer's StartDrain: nothing sent yet
 	inClient                   // Client.Try and the reading of its response
 	inReport                   // Step.Report: the Client's OnAttempt and Logger
@@ -46,7 +48,7 @@ type hookPanic struct {
 
 // guard runs f, a part of a drain, and returns the panic of a user hook
 // that f was running (d.in), or nil. It is the one place where a drain
-// recovers; a panic in idem's own code goes on.
+// recovers; a panic in the queue's own code goes on.
 func (d *drainEnd) guard(f func()) (hp *hookPanic) {
 	defer func() {
 		if d.in != inIdem {
