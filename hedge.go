@@ -2,7 +2,10 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"sync"
 
 	"github.com/idem-go/idem/internal/methods"
@@ -26,7 +29,15 @@ import (
 //     the hedge, answers a refused connection;
 //   - when both fail, the attempt's error is the one that came first;
 //   - at most one hedge per attempt. Both requests end with the attempt's
-//     timeout and the operation's context.
+//     timeout and the operation's context;
+//   - a request that panics (in the HTTPClient's RoundTripper,
+//     CheckRedirect or Jar) or calls runtime.Goexit ends the attempt, the
+//     other request cancelled, and the caller's goroutine panics (with an
+//     error holding the value and the request's stack, which the caller's
+//     does not show) or exits: the requests run on goroutines of idem's,
+//     and an unhedged request would have done so on the caller's. A
+//     request that panics once the attempt has its answer is cancelled
+//     already, its result dropped, its panic too.
 //
 // The attempt's record (Attempt.Wire) holds the facts of the request whose
 // result it reports, recorded by a recorder of its own: a recorder shared
@@ -67,10 +78,37 @@ func (r *run) hedgeable(req *http.Request) bool {
 
 // hedged is the result of one of an attempt's requests.
 type hedged struct {
-	i    int // 0 for the first request, 1 for the hedge
-	resp *http.Response
-	err  error
-	rec  *wire.Recorder
+	i       int // 0 for the first request, 1 for the hedge
+	resp    *http.Response
+	err     error
+	rec     *wire.Recorder
+	aborted *hedgePanic // the request panicked or called runtime.Goexit
+}
+
+// hedgePanic is a panic on the goroutine of a hedged attempt's request,
+// carried to the caller's goroutine, which panics with it.
+type hedgePanic struct {
+	value any    // nil for a runtime.Goexit
+	stack []byte // the request's goroutine's
+}
+
+func (p *hedgePanic) Error() string {
+	return fmt.Sprintf("idem: a request of a hedged attempt panicked: %v\n\n%s", p.value, p.stack)
+}
+
+// Unwrap returns the value the request panicked with, if it is an error.
+func (p *hedgePanic) Unwrap() error {
+	err, _ := p.value.(error)
+	return err
+}
+
+// raise panics with p on the caller's goroutine, or ends it as a
+// runtime.Goexit ended the request's.
+func (p *hedgePanic) raise() {
+	if p.value == nil {
+		runtime.Goexit()
+	}
+	panic(p)
 }
 
 // sendHedged sends req and, when no answer came within HedgeAfter, a hedge;
@@ -83,18 +121,28 @@ func (r *run) sendHedged(actx context.Context, req *http.Request, rec *wire.Reco
 	s := r.s
 	launch := func(i int, req *http.Request, rec *wire.Recorder) {
 		go func() {
+			returned := false
+			defer func() {
+				if !returned { // a panic, or runtime.Goexit (recover gives nil)
+					results <- hedged{i: i, rec: rec, aborted: &hedgePanic{value: recover(), stack: debug.Stack()}}
+				}
+			}()
 			resp, err := s.send(req)
+			returned = true
 			results <- hedged{i: i, resp: resp, err: err, rec: rec}
 		}()
 	}
-	ctx, cancel := context.WithCancel(req.Context())
-	cancels[0] = cancel
-	launch(0, req.WithContext(ctx), rec)
-
+	// The timer starts before the first request goes out, so that whoever
+	// sees that request under way (a test's fake clock) finds its timer;
+	// the hedge still goes out only from the loop below.
 	fire := make(chan struct{})
 	var once sync.Once // a late timer, or a fake clock's, may call its function again
 	t := r.clock.AfterFunc(r.policy.HedgeAfter, func() { once.Do(func() { close(fire) }) })
 	defer t.Stop()
+
+	ctx, cancel := context.WithCancel(req.Context())
+	cancels[0] = cancel
+	launch(0, req.WithContext(ctx), rec)
 
 	pending, out := 1, sent{rec: rec}
 	var failed *hedged
@@ -111,6 +159,17 @@ func (r *run) sendHedged(actx context.Context, req *http.Request, rec *wire.Reco
 			launch(1, h, hrec)
 		case res := <-results:
 			pending--
+			if res.aborted != nil {
+				for _, c := range cancels {
+					if c != nil {
+						c()
+					}
+				}
+				if pending > 0 {
+					go closeLosers(results, pending)
+				}
+				res.aborted.raise()
+			}
 			if res.resp != nil { // an answer, the attempt's
 				for i, c := range cancels {
 					if i != res.i && c != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -500,4 +501,65 @@ func mustIntentB(b *testing.B, url string) *Intent {
 		b.Fatal(err)
 	}
 	return in
+}
+
+// TestHedgePanicReachesCaller: a hedged attempt's requests run on
+// goroutines of idem's own; a panic in one (the HTTPClient's RoundTripper,
+// CheckRedirect, Jar) is carried to the caller's goroutine, where it would
+// have been without a hedge: Do, and a Transport's RoundTrip, panic there
+// with an error holding the panic's value and the request's stack, and
+// the other request is cancelled. A runtime.Goexit is carried as a Goexit.
+func TestHedgePanicReachesCaller(t *testing.T) {
+	boom := func(*http.Request) (*http.Response, error) { panic("boom in a RoundTripper") }
+	exit := func(*http.Request) (*http.Response, error) { runtime.Goexit(); return nil, nil }
+	wait := func(req *http.Request) (*http.Response, error) {
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	}
+	type end struct {
+		p        any
+		returned bool
+	}
+	for _, caller := range hedgeCallers {
+		for _, tc := range []struct {
+			name    string
+			scripts []func(*http.Request) (*http.Response, error)
+			goexit  bool
+		}{
+			{"the first request panics", []func(*http.Request) (*http.Response, error){boom}, false},
+			{"the hedge panics", []func(*http.Request) (*http.Response, error){wait, boom}, false},
+			{"the first request exits", []func(*http.Request) (*http.Response, error){exit}, true},
+			{"the hedge exits", []func(*http.Request) (*http.Response, error){wait, exit}, true},
+		} {
+			t.Run(caller.name+" "+tc.name, func(t *testing.T) {
+				rt := &scriptRT{entered: make(chan struct{}, 2), scripts: tc.scripts}
+				send, clk, _ := caller.make(t, rt, Policy{HedgeAfter: time.Hour, MaxAttempts: 1})
+				done := make(chan end, 1)
+				go func() {
+					returned := false
+					defer func() { done <- end{recover(), returned} }()
+					send(t.Context(), "GET", "http://127.0.0.1:1/r", "", "")
+					returned = true
+				}()
+				recv(t, rt.entered, "the first request")
+				if len(tc.scripts) == 2 {
+					require.Equal(t, 1, clk.fireTimers(), "the hedge's timer")
+					recv(t, rt.entered, "the hedge")
+				}
+				got := recv(t, done, "the caller's end")
+				assert.False(t, got.returned, "the call does not return")
+				if len(tc.scripts) == 2 {
+					assert.ErrorIs(t, rt.ctx(0).Err(), context.Canceled, "the other request is cancelled")
+				}
+				if tc.goexit {
+					assert.Nil(t, got.p, "a Goexit, not a panic")
+					return
+				}
+				err, ok := got.p.(error)
+				require.True(t, ok, "Do panics with an error, got %#v", got.p)
+				assert.Contains(t, err.Error(), "boom in a RoundTripper", "the value")
+				assert.Contains(t, err.Error(), "TestHedgePanicReachesCaller", "the request's stack")
+			})
+		}
+	}
 }

@@ -99,7 +99,8 @@ type Policy struct {
 	//
 	// It runs on the caller's goroutine (a queue's: a drainer's, for the
 	// retries of a record; see queue.Options.Policy) and must be quick; a
-	// panic in it is the caller's, as in any callback. nil vetoes nothing.
+	// panic in it is the caller's, as in any callback (a queue's drainer
+	// holds the record's lane instead). nil vetoes nothing.
 	Veto func(ctx context.Context, ai AttemptInfo) bool
 	// HedgeAfter, if above 0, hedges the attempts of safe methods (GET,
 	// HEAD, OPTIONS, TRACE, QUERY): when an attempt has had no response
@@ -108,7 +109,11 @@ type Policy struct {
 	// its body closed. One hedge at most per attempt, within its timeout;
 	// the attempt is one Attempt in the trail (Wire.Hedged), and
 	// Stats.Requests counts both requests. A write, keyed or not, is never
-	// hedged. 0 means no hedge. A queue refuses it: its records are writes.
+	// hedged. The requests run on goroutines of their own: a panic in one
+	// (in the HTTPClient's RoundTripper, say) is carried to the caller's
+	// goroutine, as an unhedged request's reaches it, as an error holding
+	// the value and the request's stack. 0 means no hedge. A queue refuses
+	// it: its records are writes.
 	HedgeAfter time.Duration
 }
 

@@ -59,9 +59,10 @@
 //   - idem_queue_lanes: one row per lane with unsettled records. name; tail,
 //     the last place given in the lane; next_at, when its head is next due
 //     ('infinity' once empty); held, after a 401 that fresh credentials did
-//     not cure, until Wake; owner and lease_until, the lease (see Leases);
-//     placed_by, placed_upto and placed_after, which let a transaction of
-//     many records place them with at most two writes of the row.
+//     not cure or a hook that panicked (see package queue), until Wake;
+//     owner and lease_until, the lease (see Leases); placed_by,
+//     placed_upto and placed_after, which let a transaction of many
+//     records place them with at most two writes of the row.
 //
 // Indexes: a unique one on records' supplied keys (one key, one operation:
 // queue.ErrKeyInUse), a unique one allowing at most one record of a lane in

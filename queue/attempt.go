@@ -151,12 +151,19 @@ func (q *Queue) sendRecord(ctx context.Context, r *Record, streak int) (time.Tim
 
 // drain makes one attempt of the leased r and records what followed, which
 // it tells Options.Tracer. It returns the lane's next record when its lease
-// was committed with r's settle.
-func (q *Queue) drain(ctx context.Context, r *Record, streak int) (time.Time, *Record, error) {
+// was committed with r's settle. A user hook that panics holds r's lane
+// (see guard).
+func (q *Queue) drain(ctx context.Context, r *Record, streak int) (next time.Time, more *Record, err error) {
 	var d drainEnd
-	actx := q.startDrain(ctx, r, &d)
-	next, more, err := q.attempt(ctx, actx, r, streak, &d)
-	d.finish(r, err)
+	if hp := d.guard(func() {
+		actx := q.startDrain(ctx, r, &d)
+		next, more, err = q.attempt(ctx, actx, r, streak, &d)
+	}); hp != nil {
+		next, more, err = q.heldForPanic(r, more, &d, hp)
+	}
+	if hp := d.guard(func() { d.finish(r, err) }); hp != nil {
+		next, more, err = q.heldForPanic(r, more, &d, hp)
+	}
 	return next, more, err
 }
 
@@ -169,12 +176,17 @@ func (q *Queue) attempt(ctx, actx context.Context, r *Record, streak int, d *dra
 	timeout := q.opts.Policy.AttemptTimeout
 	actx, cancel := context.WithTimeout(actx, timeout)
 	defer cancel()
+	d.in = inClient
 	step, err := q.opts.Client.Try(actx, r.Intent, q.outcomeOf(r), timeout)
+	var res *Response
+	if err == nil && step.Response != nil {
+		res = q.keep(step.Response)
+	}
+	d.in = inIdem
 	now := q.now()
 	if err != nil { // nothing was sent: ctx ended, credentials could not be had, or the request is invalid
 		r.LastError = redact.Error(err)
-		r.NumAttempts--
-		r.unsend()
+		r.unlease()
 		d.err = err
 		if errors.Is(err, idem.ErrInvalidRequest) { // no later attempt can cure it
 			r.LastClass = idem.ClassInvalid
@@ -190,10 +202,6 @@ func (q *Queue) attempt(ctx, actx context.Context, r *Record, streak int, d *dra
 		return next, nil, q.requeue(r, next)
 	}
 	step.N = r.NumAttempts // the record's attempts so far, this one included
-	var res *Response
-	if step.Response != nil {
-		res = q.keep(step.Response)
-	}
 	a := step.Attempt
 	r.LastClass, r.LastStatus, r.LastError = a.Class, a.Status, ""
 	if a.Err != nil {
@@ -230,7 +238,7 @@ func (q *Queue) retryLater(ctx context.Context, r *Record, step *idem.Step, now 
 	if step.Attempt.Class == idem.ClassNeverSent {
 		r.unsend()
 	}
-	if q.vetoed(ctx, r, step) {
+	if q.vetoed(ctx, r, step, d) {
 		d.tell(step, idem.ActionStop, 0)
 		return now, q.settleLeased(r, Failed, q.outcomeOf(r), "retry vetoed by the policy (Options.Policy.Veto)", nil)
 	}
@@ -254,17 +262,20 @@ func (q *Queue) retryLater(ctx context.Context, r *Record, step *idem.Step, now 
 // vetoed reports whether Options.Policy.Veto stops the retry the table
 // advised after the attempt step, which it is shown as a Client's OnAttempt
 // hook would show it.
-func (q *Queue) vetoed(ctx context.Context, r *Record, step *idem.Step) bool {
+func (q *Queue) vetoed(ctx context.Context, r *Record, step *idem.Step, d *drainEnd) bool {
 	veto := q.opts.Policy.Veto
 	if veto == nil {
 		return false
 	}
 	a := step.Attempt
 	a.Err = redact.Wrap(a.Err)
-	return veto(ctx, idem.AttemptInfo{
+	d.in = inVeto
+	v := veto(ctx, idem.AttemptInfo{
 		Method: r.Intent.Method(), URL: redact.RawURL(r.Intent.URL()), N: step.N,
 		Attempt: a, Action: idem.ActionRetry, Keyed: r.Intent.Key() != "",
 	})
+	d.in = inIdem
+	return v
 }
 
 // unauthorized handles a 401, the attempt step: one more attempt at once

@@ -88,8 +88,7 @@ func (q *Queue) endCertHolds() { q.dateHold = nil }
 // and sends to its host are held and reported.
 func (q *Queue) holdCertificate(r *Record, step *idem.Step, now time.Time, d *drainEnd) (time.Time, error) {
 	d.tell(step, idem.ActionHold, 0)
-	r.NumAttempts--
-	r.unsend()
+	r.unlease()
 	var (
 		invalid x509.CertificateInvalidError
 		w       certWindow

@@ -184,4 +184,29 @@
 //
 // Discard is an operator's removal of a record that is not in flight: a
 // Wait for it returns ErrDiscarded, since it will never settle.
+//
+// # A hook that panics
+//
+// The drainer's goroutines are the queue's, not the application's. A
+// panic in a hook the drainer runs for a record does not end the process
+// (which would run the hook again at its next start, in a crash loop):
+// Options.Policy.Veto, Options.Tracer's StartDrain and the end it
+// returns, and the Client's Authorize, OnSend, OnAttempt, Logger and
+// HTTPClient (its RoundTripper, CheckRedirect, Jar). The queue never calls
+// Client.OnOperation: a queue's attempt is a Client.Try. A hook that
+// panics is a programmer's bug, not an answer about the operation, so the
+// record is neither failed nor resent under another key: it goes back to
+// pending with its key, its lane is held as after a second 401, and the
+// other lanes go on. EventLaneHeld reports it, its Err wrapping
+// ErrHookPanicked and naming the hook (of the Client's, those set that
+// could have run), what it panicked with and where; the record's
+// LastError says the same, unless the hook was the Tracer's end, which
+// runs once the attempt is recorded. A panic within Client.Try may follow
+// the request's going out, so the record then counts as in doubt, as after
+// a crash; so does a success the queue could not record. Mend the hook,
+// then Wake (or restart: the bbolt store does not keep holds in its file)
+// sends the record again, under its key. A panic in the queue's own code
+// (its store, its schedule) is not recovered, nor one in Options.Notify,
+// which runs on a goroutine of its own; one within Client.Try counts as
+// its hooks'.
 package queue

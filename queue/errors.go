@@ -45,6 +45,11 @@ var (
 	// rolling upgrade, must leave such a record for a newer process
 	// rather than quarantine it.
 	ErrNewerVersion = errors.New("queue: record of a newer version")
+	// ErrHookPanicked is wrapped by the error of an EventLaneHeld whose
+	// lane was held because a hook the drainer ran for its head panicked
+	// (see the package doc's "A hook that panics"); the record's LastError
+	// says the same.
+	ErrHookPanicked = errors.New("queue: a hook panicked")
 	// ErrInvalidOptions is returned by Open for inconsistent Options.
 	ErrInvalidOptions = errors.New("queue: invalid options")
 )

@@ -23,7 +23,9 @@ const (
 	// first Run after that Open.
 	EventSettled EventKind = iota + 1
 	// EventLaneHeld: Lane is held after a 401 that fresh credentials did
-	// not cure; its records wait for Wake.
+	// not cure, or after a hook the drainer ran for its head panicked (Err
+	// wraps ErrHookPanicked; see the package doc); its records wait for
+	// Wake.
 	EventLaneHeld
 	// EventOffline: attempts stopped reaching the network; the drainer
 	// probes with a growing delay until an attempt gets through or Wake.

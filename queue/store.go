@@ -152,7 +152,7 @@ type LaneOp int
 const (
 	// HoldLane keeps one lane, which a worker of this Queue took, out of
 	// every process's schedule until WakeLanes: its requests met a 401
-	// with fresh credentials.
+	// with fresh credentials, or a hook panicked in the drain of its head.
 	HoldLane LaneOp = iota + 1
 	// WakeLanes ends every hold and makes every lane with records that no
 	// worker holds due at now; a shared store tells the other processes

@@ -37,7 +37,8 @@ type Tracer interface {
 	// invalid), err is why, and action is ActionRetry if the record will be
 	// tried again, ActionStop if it was failed. err is also the store's
 	// error when the decision could not be committed: the record is then
-	// handled again as after a crash.
+	// handled again as after a crash. When a hook panicked in the drain,
+	// action is ActionHold and err wraps ErrHookPanicked.
 	StartDrain(ctx context.Context, r *Record) (context.Context, func(action idem.Action, outcome idem.Outcome, err error))
 }
 
@@ -148,7 +149,8 @@ func decodeTrace(d *binenc.Decoder) map[string]string {
 type drainEnd struct {
 	end    func(idem.Action, idem.Outcome, error)
 	action idem.Action
-	err    error // why no attempt could be made
+	err    error  // why no attempt could be made, or a hook's panic
+	in     hookIn // the user code the drain runs now, for guard
 }
 
 // startDrain starts the drain of the leased r with Options.Tracer, and
@@ -159,7 +161,9 @@ func (q *Queue) startDrain(ctx context.Context, r *Record, d *drainEnd) context.
 		return ctx
 	}
 	c := *r
+	d.in = inStartDrain
 	actx, end := t.StartDrain(ctx, &c)
+	d.in = inIdem
 	if actx == nil { // a Tracer's mistake is not the record's
 		actx = ctx
 	}
@@ -170,8 +174,10 @@ func (q *Queue) startDrain(ctx context.Context, r *Record, d *drainEnd) context.
 // tell reports to the Client's observers what the queue does after the
 // attempt step, with the wait before a retry, and notes it for the Tracer.
 func (d *drainEnd) tell(step *idem.Step, a idem.Action, wait time.Duration) {
-	step.Report(a, wait)
 	d.action = a
+	d.in = inReport
+	step.Report(a, wait)
+	d.in = inIdem
 }
 
 // finish ends the drain of r, whose handling ended with err (the store's,
@@ -189,5 +195,7 @@ func (d *drainEnd) finish(r *Record, err error) {
 	}
 	end := d.end
 	d.end = nil
+	d.in = inEnd
 	end(d.action, o, err)
+	d.in = inIdem
 }

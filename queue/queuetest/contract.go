@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,6 +57,7 @@ func Run(t *testing.T, open Opener) {
 		{"HorizonExpires", horizonExpires},
 		{"MaxAgeExpires", maxAgeExpires},
 		{"LaneHeldAfter401", laneHeldAfter401},
+		{"LaneHeldAfterPanic", laneHeldAfterPanic},
 		{"DiscardAndResubmit", discardAndResubmit},
 		{"CountsAndList", countsAndList},
 		{"ExactlyOnceUnderFaults", exactlyOnceUnderFaults},
@@ -402,6 +404,69 @@ func laneHeldAfter401(t *testing.T, open Opener) {
 	r, err := q.Wait(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, queue.Done, r.State)
+}
+
+// laneHeldAfterPanic: a Veto that panics holds its record's lane, reported
+// with ErrHookPanicked, the record kept pending with its key, while the
+// other lane drains; once the Veto is mended, Wake sends the record again
+// under its key.
+func laneHeldAfterPanic(t *testing.T, open Opener) {
+	var broken atomic.Bool
+	broken.Store(true)
+	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.URL.Path == "/a" && broken.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	held := make(chan queue.Event, 4)
+	p := fast()
+	p.Veto = func(context.Context, idem.AttemptInfo) bool {
+		if broken.Load() {
+			panic("a programmer's bug")
+		}
+		return false
+	}
+	q := open(t, queue.Options{Policy: p, Notify: func(e queue.Event) {
+		if e.Kind == queue.EventLaneHeld {
+			held <- e
+		}
+	}})
+	ctx := waitCtx(t)
+	a, err := q.Enqueue(ctx, intent(t, "POST", srv.URL+"/a", "x", idem.WithLane("a")))
+	require.NoError(t, err)
+	b, err := q.Enqueue(ctx, intent(t, "POST", srv.URL+"/b", "y", idem.WithLane("b")))
+	require.NoError(t, err)
+	drain(t, q)
+	select {
+	case e := <-held:
+		assert.Equal(t, "a", e.Lane)
+		assert.ErrorIs(t, e.Err, queue.ErrHookPanicked)
+		assert.ErrorContains(t, e.Err, "Options.Policy.Veto")
+	case <-ctx.Done():
+		t.Fatal("no EventLaneHeld")
+	}
+	rb, err := q.Wait(ctx, b)
+	require.NoError(t, err)
+	assert.Equal(t, queue.Done, rb.State, "the other lane drains")
+	ra, err := q.Get(ctx, a)
+	require.NoError(t, err)
+	assert.Equal(t, queue.Pending, ra.State, "kept")
+	assert.Contains(t, ra.LastError, "Options.Policy.Veto")
+	broken.Store(false)
+	q.Wake()
+	ra, err = q.Wait(ctx, a)
+	require.NoError(t, err)
+	assert.Equal(t, queue.Done, ra.State)
+	var keys []string
+	for _, s := range srv.requests() {
+		if s.path == "/a" {
+			keys = append(keys, s.key)
+		}
+	}
+	require.Len(t, keys, 2, "one request before the panic, one after Wake")
+	assert.Equal(t, keys[0], keys[1], "under one key")
 }
 
 // discardAndResubmit: Discard removes a pending record and wakes its
