@@ -40,7 +40,9 @@ func defaultPolicy() Policy {
 // not a failed attempt but a wait: the server has the operation, and a
 // later request under the key gets its answer. It is polled with the same
 // backoff and Retry-After rules, within InFlightWindow, and such a poll
-// counts neither against MaxAttempts nor against the retry Budget.
+// counts neither against MaxAttempts nor against the retry Budget; the
+// polling has a floor and a ceiling of its own instead, which no policy
+// lowers (see InFlightWindow).
 type Policy struct {
 	// MaxAttempts is the number of attempts, the first included; 1 means
 	// no retries, 0 means 4. A queue refuses it: a record's is
@@ -74,7 +76,9 @@ type Policy struct {
 	// the last one at the window's end. These polls are requests, listed
 	// in the trail, but not attempts: MaxAttempts does not count them,
 	// nor does the Budget, for a request under a key the server holds
-	// cannot apply the operation again. When the window ends, the
+	// cannot apply the operation again. Instead each waits at least 100
+	// ms, and once 29 requests were answered 409 the one poll left comes
+	// at the window's end, whatever the policy. When the window ends, the
 	// operation ends Unknown with ErrAttemptsExhausted. MaxElapsed and the
 	// context bound the polling too. 0 means 30 s. A queue refuses it: a
 	// queued record's 409 is an attempt, which queue.Options.MaxAttempts
