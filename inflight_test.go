@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,13 +205,7 @@ func TestInFlightTransport(t *testing.T) {
 	tr, clk := testTransport(t, nil)
 	tr.Budget = NewBudget(1)
 	srv := newHolder(t, clk, 3*time.Second, "")
-	req, err := http.NewRequest("POST", srv.URL, strings.NewReader("x"))
-	require.NoError(t, err)
-	req.Header.Set("Idempotency-Key", "k1")
-	var rep Report
-	resp, err := tr.RoundTrip(req.WithContext(WithReport(req.Context(), &rep)))
-	require.NoError(t, err)
-	resp.Body.Close()
+	resp, rep := keyedRoundTrip(t, tr, srv.URL)
 	assert.Equal(t, http.StatusCreated, resp.StatusCode)
 	assert.Equal(t, Applied, rep.Outcome)
 	assert.True(t, rep.Replayed)
@@ -273,13 +266,7 @@ func TestInFlightPollsBounded(t *testing.T) {
 			tr, clk := testTransport(t, nil)
 			tr.Policy = tt.policy
 			srv := newHolder(t, clk, -1, "0")
-			req, err := http.NewRequest("POST", srv.URL, strings.NewReader("x"))
-			require.NoError(t, err)
-			req.Header.Set("Idempotency-Key", "k1")
-			var rep Report
-			resp, err := tr.RoundTrip(req.WithContext(WithReport(req.Context(), &rep)))
-			require.NoError(t, err, "a RoundTripper hands back the last answer")
-			resp.Body.Close()
+			resp, rep := keyedRoundTrip(t, tr, srv.URL)
 			assert.Equal(t, http.StatusConflict, resp.StatusCode)
 			require.NotNil(t, rep.Err)
 			check(t, srv, clk, rep.Err)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -308,13 +307,7 @@ func TestReplayedAnswerIsFinal(t *testing.T) {
 			replayed := answer(500, name, "true")
 			srv := newScripted(t, replayed, replayed, replayed, replayed)
 			tr, _ := testTransport(t, nil)
-			req, err := http.NewRequest("POST", srv.URL, strings.NewReader("{}"))
-			require.NoError(t, err)
-			req.Header.Set("Idempotency-Key", "k1")
-			var rep Report
-			resp, err := tr.RoundTrip(req.WithContext(WithReport(req.Context(), &rep)))
-			require.NoError(t, err)
-			resp.Body.Close()
+			resp, rep := keyedRoundTrip(t, tr, srv.URL)
 			assert.Equal(t, 500, resp.StatusCode)
 			assert.Equal(t, Unknown, rep.Outcome)
 			require.NotNil(t, rep.Err)

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
 )
@@ -24,13 +23,7 @@ func TestDrainReplayedAnswerIsFinal(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	t.Cleanup(srv.Close)
-	q, _ := openTest(t, fast(&idem.Client{HTTPClient: srv.Client()}))
-	run(t, q)
-	ctx := waitCtx(t)
-	id, err := q.Enqueue(ctx, post(t, srv.URL, 1))
-	require.NoError(t, err)
-	r, err := q.Wait(ctx, id)
-	require.NoError(t, err)
+	r := settleOne(t, fast(&idem.Client{HTTPClient: srv.Client()}), srv.URL)
 	assert.Equal(t, Failed, r.State)
 	assert.Equal(t, idem.Unknown, r.Outcome)
 	assert.Contains(t, r.Reason, "replayed its stored answer")
