@@ -33,7 +33,8 @@ type Client struct {
 	// another origin (see RedirectPolicy) before calling HTTPClient's own.
 	HTTPClient *http.Client
 	// Policy bounds attempts and waits. The zero Policy is the default.
-	// An intent made WithPolicy is run by its own policy instead.
+	// An intent made WithPolicy is run by this Policy narrowed by its own,
+	// never loosened (see WithPolicy).
 	Policy Policy
 	// Budget limits retries across every intent of the Client, per origin.
 	// If nil, the Client makes its own with DefaultBudgetTokens on first
@@ -259,13 +260,12 @@ func (c *Client) Resume(ctx context.Context, in *Intent, prior error) (*Result, 
 
 // run runs in, in doubt from the start when inDoubt is set.
 func (c *Client) run(ctx context.Context, in *Intent, inDoubt bool) (*Result, error) {
-	pol := c.Policy
-	if in != nil && in.policy != nil {
-		pol = *in.policy // WithPolicy's replaces the Client's
-	}
-	p, err := pol.withDefaults()
+	p, err := c.Policy.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if in != nil && in.policy != nil {
+		p = p.narrow(*in.policy) // WithPolicy's only tightens the Client's
 	}
 	var r run
 	st := newDoState(in)

@@ -8,11 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // fakeClock records sleeps instead of sleeping; tests stay exact and fast.
@@ -238,3 +241,17 @@ func asError(t *testing.T, err error) *Error {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// keyedRoundTrip sends a POST under key k1 to url through tr with a Report,
+// closes the response's body and returns the response and the Report.
+func keyedRoundTrip(t *testing.T, tr *Transport, url string) (*http.Response, *Report) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader("x"))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "k1")
+	rep := new(Report)
+	resp, err := tr.RoundTrip(req.WithContext(WithReport(req.Context(), rep)))
+	require.NoError(t, err, "a RoundTripper hands back the last answer")
+	resp.Body.Close()
+	return resp, rep
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idem-go/idem/internal/methods"
+	"github.com/idem-go/idem/internal/replay"
 	"github.com/idem-go/idem/redact"
 )
 
@@ -346,7 +347,21 @@ func decide(f facts) decision {
 		return d // no answer came, so no hint either
 	}
 	applyHint(&d, f)
+	finalIfReplayed(&d, f)
 	return d
+}
+
+// finalIfReplayed stops where d would retry an answer the server replayed
+// from its store: under the key, every later request gets that answer
+// again, whatever its status, so a retry cannot change it. A replayed 5xx
+// stays in doubt (Unknown): the operation stored may have acted before it
+// failed. No hint reopens a replayed answer.
+func finalIfReplayed(d *decision, f facts) {
+	if d.Action != ActionRetry || !replay.Replayed(f.Header) {
+		return
+	}
+	d.Action, d.Cause = ActionStop, ErrServerSaidStop
+	d.Reason = fmt.Sprintf("the server replayed its stored answer (%d): a retry under the key gets it again", f.Status)
 }
 
 // redirectCause is the Cause of a stop on a redirect: ErrRedirected, and

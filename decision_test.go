@@ -119,32 +119,56 @@ func TestDecideTable(t *testing.T) {
 		if methods == nil {
 			methods = allMethods
 		}
+		replays := []string{""} // no replay header
+		if r.sc.err == nil {
+			replays = append(replays, replayHeaders...)
+		}
 		for _, m := range methods {
 			for _, keyed := range r.keyed {
 				for _, earlier := range []bool{false, true} {
-					name := fmt.Sprintf("%s/%s/key=%v/earlierInDoubt=%v", r.sc.name, m, keyed, earlier)
-					t.Run(name, func(t *testing.T) {
-						f := facts{Method: m, HasKey: keyed, Wire: r.sc.wire, Err: r.sc.err, Status: r.sc.status, EarlierInDoubt: earlier}
-						d := decide(f)
-						assert.Equal(t, r.class, d.Class, "class")
-						assert.Equal(t, r.class, classify(f), "classify disagrees with decide")
-						wantAction, wantCause := expectAction(r.rule, r.class, m, keyed)
-						assert.Equal(t, wantAction, d.Action, "action")
-						if wantCause != nil {
-							assert.ErrorIs(t, d.Cause, wantCause)
-						} else {
-							assert.NoError(t, d.Cause, "cause")
-						}
-						keyed409 := keyed && r.sc.status == 409 && r.sc.err == nil
-						assert.Equal(t, expectOutcome(r.class, earlier || keyed409), d.Outcome, "outcome")
-						assert.Equal(t, r.class == ClassAmbiguous || keyed409, d.InDoubt, "in doubt")
-						if d.Action == ActionStop {
-							assert.NotEmpty(t, d.Reason, "a stop must say why")
-						}
-					})
+					for _, replayed := range replays {
+						name := fmt.Sprintf("%s/%s/key=%v/earlierInDoubt=%v/replayed=%s", r.sc.name, m, keyed, earlier, replayed)
+						t.Run(name, func(t *testing.T) {
+							f := facts{Method: m, HasKey: keyed, Wire: r.sc.wire, Err: r.sc.err, Status: r.sc.status, EarlierInDoubt: earlier}
+							if replayed != "" {
+								f.Header = http.Header{replayed: {"true"}}
+							}
+							checkRow(t, f, r.class, r.rule, replayed != "")
+						})
+					}
 				}
 			}
 		}
+	}
+}
+
+// replayHeaders are the spellings of the replay header deployed servers
+// use, canonical.
+var replayHeaders = []string{"Idempotent-Replayed", "Idempotency-Replayed", "X-Idempotent-Replayed"}
+
+// checkRow checks decide on f against a row of the table, its class and
+// rule. A replayed answer, the server's stored one, is final: where the
+// rule retries, it stops with ErrServerSaidStop.
+func checkRow(t *testing.T, f facts, class Class, rule retryRule, replayed bool) {
+	t.Helper()
+	d := decide(f)
+	assert.Equal(t, class, d.Class, "class")
+	assert.Equal(t, class, classify(f), "classify disagrees with decide")
+	wantAction, wantCause := expectAction(rule, class, f.Method, f.HasKey)
+	if replayed && wantAction == ActionRetry {
+		wantAction, wantCause = ActionStop, ErrServerSaidStop
+	}
+	assert.Equal(t, wantAction, d.Action, "action")
+	if wantCause != nil {
+		assert.ErrorIs(t, d.Cause, wantCause)
+	} else {
+		assert.NoError(t, d.Cause, "cause")
+	}
+	keyed409 := f.HasKey && f.Status == 409 && f.Err == nil
+	assert.Equal(t, expectOutcome(class, f.EarlierInDoubt || keyed409), d.Outcome, "outcome")
+	assert.Equal(t, class == ClassAmbiguous || keyed409, d.InDoubt, "in doubt")
+	if d.Action == ActionStop {
+		assert.NotEmpty(t, d.Reason, "a stop must say why")
 	}
 }
 
@@ -266,6 +290,8 @@ func TestDecideServerHint(t *testing.T) {
 		{"true allows a keyless POST 500", facts{Method: "POST", Status: 500, Header: hint("True")}, ActionRetry, nil},
 		{"true cannot fix a reused key", facts{Method: "POST", HasKey: true, Status: 422, Header: hint("true")}, ActionStop, ErrKeyReused},
 		{"false does not undo a success", facts{Method: "POST", HasKey: true, Status: 201, Header: hint("false")}, ActionDone, nil},
+		{"true cannot reopen a replayed answer", facts{Method: "POST", HasKey: true, Status: 500,
+			Header: http.Header{"Stripe-Should-Retry": {"true"}, "Idempotent-Replayed": {"true"}}}, ActionStop, ErrServerSaidStop},
 		{"garbage is ignored", facts{Method: "POST", HasKey: true, Status: 503, Header: hint("maybe")}, ActionRetry, nil},
 		{"FALSE in any case stops", facts{Method: "PUT", Status: 503, Header: hint(" FALSE ")}, ActionStop, ErrServerSaidStop},
 		// Folded as the fuzz target's oracle (strings.EqualFold) folds it.

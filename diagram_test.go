@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -158,8 +159,9 @@ func (g flowchart) reachableEnds(id string) []Action {
 }
 
 // decidedActions runs decide over every method, key, status, delete policy,
-// earlier doubt and kind of transport error, without server hints, and
-// returns the actions each class led to, in Action order.
+// earlier doubt and kind of transport error, with and without a replay
+// header but without server hints, and returns the actions each class led
+// to, in Action order.
 func decidedActions() map[Class][]Action {
 	errs := []facts{
 		{Err: errors.New("connection reset"), Wire: Wire{Conns: 1, WroteHeaders: true}},
@@ -183,6 +185,10 @@ func decidedActions() map[Class][]Action {
 							f.Status, f.Redirect = status, redirect
 							f.Wire = Wire{Conns: 1, WroteHeaders: true, WroteRequest: true, GotResponse: true}
 							all = append(all, f)
+							if redirect == redirectFollowed {
+								f.Header = http.Header{"Idempotent-Replayed": {"true"}}
+								all = append(all, f)
+							}
 						}
 					}
 				}

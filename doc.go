@@ -52,6 +52,11 @@
 //     or from https to http, where it would go in clear, is not followed:
 //     ErrRedirected.
 //
+// An answer marked replayed (Idempotent-Replayed, Idempotency-Replayed or
+// X-Idempotent-Replayed: true) is the one the server stored under the key,
+// which every retry would get again: whatever its class it is never
+// retried (ErrServerSaidStop; Unknown for a replayed 5xx).
+//
 // A request net/http followed through a redirect that made it a GET (303,
 // or 301/302 after a POST) is judged by its own answer, the redirect, not by
 // the GET's status. A redirect loop is one run of hops, never resent:

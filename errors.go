@@ -87,8 +87,10 @@ var (
 	// ErrRetryAfterTooLong is returned when the server asked to wait longer
 	// than Policy.MaxRetryAfter; Error.RetryAfter holds the wait.
 	ErrRetryAfterTooLong = errors.New("idem: Retry-After beyond the cap")
-	// ErrServerSaidStop is returned when a server hint (Stripe-Should-Retry:
-	// false) forbade a retry.
+	// ErrServerSaidStop is returned when the server forbade a retry: by a
+	// hint (Stripe-Should-Retry: false), or by replaying the answer it
+	// stored under the key (Idempotent-Replayed, Idempotency-Replayed or
+	// X-Idempotent-Replayed: true), which every retry would get again.
 	ErrServerSaidStop = errors.New("idem: server said not to retry")
 	// ErrRedirected is returned when a redirect ends an intent: a keyed
 	// request that is not safe was redirected to another host, where its key

@@ -204,7 +204,7 @@ func fzIntents(tb testing.TB) []*Intent {
 // FuzzClassify checks classify and decide over fuzzed facts against the
 // invariants the decision table states.
 func FuzzClassify(f *testing.F) {
-	f.Fuzz(func(t *testing.T, method string, status int, hasKey bool, conns int, wroteHeaders, wroteRequest, gotResponse, withErr, earlierInDoubt bool, policy uint8, hint string) {
+	f.Fuzz(func(t *testing.T, method string, status int, hasKey bool, conns int, wroteHeaders, wroteRequest, gotResponse, withErr, earlierInDoubt bool, policy uint8, hint string, replayed uint8) {
 		fc := facts{
 			Method: method, HasKey: hasKey, Status: status,
 			Wire: Wire{Conns: conns, WroteHeaders: wroteHeaders, WroteRequest: wroteRequest, GotResponse: gotResponse,
@@ -217,6 +217,9 @@ func FuzzClassify(f *testing.F) {
 			fc.Header = http.Header{}
 			if hint != "" {
 				fc.Header.Set("Stripe-Should-Retry", hint)
+			}
+			if i := int(replayed % 4); i > 0 {
+				fc.Header.Set(replayHeaders[i-1], "true")
 			}
 		}
 		headerBefore := fc.Header.Clone()
@@ -264,7 +267,8 @@ func FuzzClassify(f *testing.F) {
 		if c == ClassAmbiguous && !hasKey && !methods.Idempotent(method) && d.Action == ActionRetry && !hintTrue {
 			t.Fatalf("%q without key, ambiguous, retried without the server's say-so: %+v", method, d)
 		}
-		if c == ClassAmbiguous && !hasKey && !methods.Idempotent(method) && !hintTrue && !errors.Is(d.Cause, ErrNoKey) {
+		moved := !withErr && (status == http.StatusMovedPermanently || status == http.StatusFound) // stops with ErrRedirected
+		if c == ClassAmbiguous && !hasKey && !methods.Idempotent(method) && !hintTrue && !moved && !errors.Is(d.Cause, ErrNoKey) {
 			t.Fatalf("%q without key, ambiguous: cause %v, want ErrNoKey", method, d.Cause)
 		}
 		if c == ClassKeyReused && (d.Action != ActionStop || !errors.Is(d.Cause, ErrKeyReused)) {
@@ -284,6 +288,9 @@ func FuzzClassify(f *testing.F) {
 		}
 		if strings.EqualFold(strings.TrimSpace(hint), "false") && !withErr && d.Action == ActionRetry {
 			t.Fatalf("retry although the server said false: %+v", d)
+		}
+		if replayed%4 > 0 && !withErr && d.Action == ActionRetry {
+			t.Fatalf("retry of a replayed answer (%s), which the server would give again: %+v", replayHeaders[replayed%4-1], d)
 		}
 	})
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -205,13 +205,7 @@ func TestInFlightTransport(t *testing.T) {
 	tr, clk := testTransport(t, nil)
 	tr.Budget = NewBudget(1)
 	srv := newHolder(t, clk, 3*time.Second, "")
-	req, err := http.NewRequest("POST", srv.URL, strings.NewReader("x"))
-	require.NoError(t, err)
-	req.Header.Set("Idempotency-Key", "k1")
-	var rep Report
-	resp, err := tr.RoundTrip(req.WithContext(WithReport(req.Context(), &rep)))
-	require.NoError(t, err)
-	resp.Body.Close()
+	resp, rep := keyedRoundTrip(t, tr, srv.URL)
 	assert.Equal(t, http.StatusCreated, resp.StatusCode)
 	assert.Equal(t, Applied, rep.Outcome)
 	assert.True(t, rep.Replayed)
@@ -233,4 +227,49 @@ func TestInFlightMaxElapsed(t *testing.T) {
 	assert.Equal(t, "max elapsed time 1s reached", e.Reason)
 	assert.Equal(t, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}, clk.Sleeps(), "the next, 0.8 s, would start after 1 s")
 	assert.Equal(t, 3, srv.requests())
+}
+
+// TestInFlightPollsBounded: a policy with waits of 1 ms cannot make the
+// polling of a key in flight a flood. Against a server answering 409 for
+// ever (with Retry-After: 0 to the Transport), Do and Transport poll no
+// faster than minPollInterval and make at most maxPollsPerWindow requests
+// in the window, the last at its end, then end Unknown.
+func TestInFlightPollsBounded(t *testing.T) {
+	fast := Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}
+	long := fast
+	long.InFlightWindow = 10 * time.Minute
+	for _, tt := range []struct {
+		name   string
+		policy Policy
+		window time.Duration
+	}{
+		{"default window", fast, 30 * time.Second},
+		{"10 min window", long, 10 * time.Minute},
+	} {
+		check := func(t *testing.T, srv *holder, clk *fakeClock, err error) {
+			t.Helper()
+			e := asError(t, err)
+			assert.Equal(t, Unknown, e.Outcome)
+			assert.ErrorIs(t, err, ErrAttemptsExhausted)
+			assert.LessOrEqual(t, srv.requests(), 30, "requests in one window")
+			assert.GreaterOrEqual(t, slices.Min(srv.gaps()), 100*time.Millisecond, "the shortest gap between requests")
+			assert.Equal(t, tt.window, sum(clk.Sleeps()), "polled to the window's end")
+		}
+		t.Run(tt.name+"/Do", func(t *testing.T) {
+			c, clk := testClient(t, nil)
+			c.Policy = tt.policy
+			srv := newHolder(t, clk, -1, "")
+			_, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "x"))
+			check(t, srv, clk, err)
+		})
+		t.Run(tt.name+"/Transport", func(t *testing.T) {
+			tr, clk := testTransport(t, nil)
+			tr.Policy = tt.policy
+			srv := newHolder(t, clk, -1, "0")
+			resp, rep := keyedRoundTrip(t, tr, srv.URL)
+			assert.Equal(t, http.StatusConflict, resp.StatusCode)
+			require.NotNil(t, rep.Err)
+			check(t, srv, clk, rep.Err)
+		})
+	}
 }

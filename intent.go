@@ -229,12 +229,16 @@ func WithLane(lane string) IntentOption {
 	}
 }
 
-// WithPolicy gives the intent a policy of its own: Client.Do and
-// Client.Resume run it by p instead of the Client's Policy, which p
-// replaces entirely: each zero field of p takes the default, as a zero
-// field of Client.Policy does, not the Client's value. Use it for the one
-// call that needs fewer attempts, or a Veto of its own. Client.Try reads no
-// policy, and a Transport never sees an Intent. An intent with a policy
+// WithPolicy gives the intent a policy of its own, which narrows the
+// Client's: Client.Do and Client.Resume run it by the Client's Policy
+// tightened by p, never loosened, so that the Client's safety rules hold
+// for every call. A zero field of p keeps the Client's value (or its
+// default). Each limit is the smaller of the two (MaxAttempts, MaxElapsed,
+// AttemptTimeout, MaxRetryAfter, InFlightWindow), each delay the larger
+// (BaseDelay, MaxDelay, and HedgeAfter, which p cannot turn on), and both
+// vetoes apply, the Client's first. Use it for the one call that needs
+// fewer attempts, a shorter deadline, or a Veto of its own. Client.Try
+// reads no policy, and a Transport never sees an Intent. An intent with a policy
 // cannot be queued (queue.Enqueue refuses it, and MarshalBinary: a queue's
 // Options.Policy shapes its records) and is the same operation as one
 // without (SameOperation). A negative field is refused with an error

@@ -33,13 +33,16 @@ func defaultPolicy() Policy {
 // queue.DefaultPolicy's value, and refuses the limits (MaxAttempts,
 // MaxElapsed, MaxRetryAfter, InFlightWindow): a record's limits are its
 // queue's Options. Negative fields are invalid. An intent may carry a
-// Policy of its own (WithPolicy).
+// Policy of its own (WithPolicy), which can only narrow its Client's: each
+// limit the smaller, each delay the larger, both vetoes.
 //
 // A keyed request answered 409 (a request under its key is in flight) is
 // not a failed attempt but a wait: the server has the operation, and a
 // later request under the key gets its answer. It is polled with the same
 // backoff and Retry-After rules, within InFlightWindow, and such a poll
-// counts neither against MaxAttempts nor against the retry Budget.
+// counts neither against MaxAttempts nor against the retry Budget; the
+// polling has a floor and a ceiling of its own instead, which no policy
+// lowers (see InFlightWindow).
 type Policy struct {
 	// MaxAttempts is the number of attempts, the first included; 1 means
 	// no retries, 0 means 4. A queue refuses it: a record's is
@@ -73,7 +76,9 @@ type Policy struct {
 	// the last one at the window's end. These polls are requests, listed
 	// in the trail, but not attempts: MaxAttempts does not count them,
 	// nor does the Budget, for a request under a key the server holds
-	// cannot apply the operation again. When the window ends, the
+	// cannot apply the operation again. Instead each waits at least 100
+	// ms, and once 29 requests were answered 409 the one poll left comes
+	// at the window's end, whatever the policy. When the window ends, the
 	// operation ends Unknown with ErrAttemptsExhausted. MaxElapsed and the
 	// context bound the polling too. 0 means 30 s. A queue refuses it: a
 	// queued record's 409 is an attempt, which queue.Options.MaxAttempts
@@ -141,6 +146,45 @@ func (p Policy) withDefaults() (Policy, error) {
 		p.InFlightWindow = def.InFlightWindow
 	}
 	return p, nil
+}
+
+// narrow returns p, whose defaults are applied, narrowed by q, the policy
+// of one call (WithPolicy), whose fields are not negative: q can only
+// tighten p. A zero field of q leaves p's as it is. Every limit is the
+// smaller of the two: MaxAttempts, MaxElapsed, AttemptTimeout,
+// MaxRetryAfter, InFlightWindow (a zero MaxElapsed or AttemptTimeout of p
+// is no limit, so q's applies). Every delay is the larger, which makes
+// fewer requests: BaseDelay, MaxDelay, and HedgeAfter where p hedges, for
+// q cannot turn hedging on. Both vetoes apply, p's first.
+func (p Policy) narrow(q Policy) Policy {
+	p.MaxAttempts = smaller(p.MaxAttempts, q.MaxAttempts)
+	p.MaxElapsed = smaller(p.MaxElapsed, q.MaxElapsed)
+	p.AttemptTimeout = smaller(p.AttemptTimeout, q.AttemptTimeout)
+	p.MaxRetryAfter = smaller(p.MaxRetryAfter, q.MaxRetryAfter)
+	p.InFlightWindow = smaller(p.InFlightWindow, q.InFlightWindow)
+	p.BaseDelay = max(p.BaseDelay, q.BaseDelay)
+	p.MaxDelay = max(p.MaxDelay, q.MaxDelay)
+	if p.HedgeAfter > 0 {
+		p.HedgeAfter = max(p.HedgeAfter, q.HedgeAfter)
+	}
+	switch pv, qv := p.Veto, q.Veto; {
+	case pv == nil:
+		p.Veto = qv
+	case qv != nil:
+		p.Veto = func(ctx context.Context, ai AttemptInfo) bool { return pv(ctx, ai) || qv(ctx, ai) }
+	}
+	return p
+}
+
+// smaller is the tighter of two limits, either of which may be 0 for none.
+func smaller[T ~int | ~int64](a, b T) T {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
 }
 
 // negativeField returns the error naming p's first negative field. It is

@@ -118,3 +118,101 @@ func TestBudgetRefilledOnlyByServedAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyNarrow: a per-call policy narrows the Client's, field by field:
+// a zero field keeps the Client's, a limit takes the smaller, a delay the
+// larger, and hedging is never turned on.
+func TestPolicyNarrow(t *testing.T) {
+	const ms = time.Millisecond
+	def := defaultPolicy()
+	with := func(f func(*Policy)) Policy {
+		p := defaultPolicy()
+		f(&p)
+		return p
+	}
+	tests := []struct {
+		name         string
+		client, call Policy // client without its defaults
+		want         Policy
+	}{
+		{"zero call keeps the Client's", Policy{MaxAttempts: 1, MaxElapsed: time.Second}, Policy{},
+			with(func(p *Policy) { p.MaxAttempts, p.MaxElapsed = 1, time.Second })},
+		{"zero call keeps the defaults", Policy{}, Policy{}, def},
+
+		{"MaxAttempts smaller narrows", Policy{MaxAttempts: 3}, Policy{MaxAttempts: 2}, with(func(p *Policy) { p.MaxAttempts = 2 })},
+		{"MaxAttempts larger does not widen", Policy{MaxAttempts: 2}, Policy{MaxAttempts: 10}, with(func(p *Policy) { p.MaxAttempts = 2 })},
+		{"MaxAttempts larger than the default does not widen", Policy{}, Policy{MaxAttempts: 10}, def},
+
+		{"MaxElapsed where the Client has none", Policy{}, Policy{MaxElapsed: time.Second}, with(func(p *Policy) { p.MaxElapsed = time.Second })},
+		{"MaxElapsed smaller narrows", Policy{MaxElapsed: time.Hour}, Policy{MaxElapsed: time.Second}, with(func(p *Policy) { p.MaxElapsed = time.Second })},
+		{"MaxElapsed larger does not widen", Policy{MaxElapsed: time.Second}, Policy{MaxElapsed: time.Hour}, with(func(p *Policy) { p.MaxElapsed = time.Second })},
+
+		{"AttemptTimeout where the Client has none", Policy{}, Policy{AttemptTimeout: time.Second}, with(func(p *Policy) { p.AttemptTimeout = time.Second })},
+		{"AttemptTimeout smaller narrows", Policy{AttemptTimeout: time.Minute}, Policy{AttemptTimeout: time.Second}, with(func(p *Policy) { p.AttemptTimeout = time.Second })},
+		{"AttemptTimeout larger does not widen", Policy{AttemptTimeout: time.Second}, Policy{AttemptTimeout: time.Minute}, with(func(p *Policy) { p.AttemptTimeout = time.Second })},
+
+		{"MaxRetryAfter smaller narrows", Policy{}, Policy{MaxRetryAfter: time.Second}, with(func(p *Policy) { p.MaxRetryAfter = time.Second })},
+		{"MaxRetryAfter larger does not widen", Policy{MaxRetryAfter: time.Second}, Policy{MaxRetryAfter: time.Hour}, with(func(p *Policy) { p.MaxRetryAfter = time.Second })},
+		{"MaxRetryAfter larger than the default does not widen", Policy{}, Policy{MaxRetryAfter: time.Hour}, def},
+
+		{"InFlightWindow smaller narrows", Policy{}, Policy{InFlightWindow: time.Second}, with(func(p *Policy) { p.InFlightWindow = time.Second })},
+		{"InFlightWindow larger does not widen", Policy{InFlightWindow: time.Second}, Policy{InFlightWindow: time.Hour}, with(func(p *Policy) { p.InFlightWindow = time.Second })},
+
+		{"BaseDelay shorter does not hasten", Policy{}, Policy{BaseDelay: ms}, def},
+		{"BaseDelay longer slows", Policy{BaseDelay: ms}, Policy{BaseDelay: time.Second}, with(func(p *Policy) { p.BaseDelay = time.Second })},
+		{"MaxDelay shorter does not hasten", Policy{}, Policy{MaxDelay: ms}, def},
+		{"MaxDelay longer slows", Policy{}, Policy{MaxDelay: time.Minute}, with(func(p *Policy) { p.MaxDelay = time.Minute })},
+
+		{"HedgeAfter cannot turn hedging on", Policy{}, Policy{HedgeAfter: 20 * ms}, def},
+		{"HedgeAfter sooner does not hedge more", Policy{HedgeAfter: time.Second}, Policy{HedgeAfter: 20 * ms}, with(func(p *Policy) { p.HedgeAfter = time.Second })},
+		{"HedgeAfter later hedges less", Policy{HedgeAfter: 20 * ms}, Policy{HedgeAfter: time.Second}, with(func(p *Policy) { p.HedgeAfter = time.Second })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client, err := tt.client.withDefaults()
+			require.NoError(t, err)
+			got := client.narrow(tt.call)
+			assert.Equal(t, tt.want, got, "%+v.narrow(%+v)", client, tt.call)
+		})
+	}
+}
+
+// TestPolicyNarrowVeto: both vetoes apply, the Client's first; either
+// alone is kept.
+func TestPolicyNarrowVeto(t *testing.T) {
+	var asked []string
+	veto := func(name string, says bool) func(context.Context, AttemptInfo) bool {
+		return func(context.Context, AttemptInfo) bool {
+			asked = append(asked, name)
+			return says
+		}
+	}
+	tests := []struct {
+		name         string
+		client, call func(context.Context, AttemptInfo) bool
+		want         bool
+		asked        []string
+	}{
+		{"neither", nil, nil, false, nil},
+		{"the Client's alone", veto("client", true), nil, true, []string{"client"}},
+		{"the call's alone", nil, veto("call", true), true, []string{"call"}},
+		{"the Client's vetoes", veto("client", true), veto("call", false), true, []string{"client"}},
+		{"the call's vetoes", veto("client", false), veto("call", true), true, []string{"client", "call"}},
+		{"neither vetoes", veto("client", false), veto("call", false), false, []string{"client", "call"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			asked = nil
+			got := defaultPolicy()
+			got.Veto = tt.client
+			got = got.narrow(Policy{Veto: tt.call})
+			if tt.client == nil && tt.call == nil {
+				assert.Nil(t, got.Veto)
+				return
+			}
+			require.NotNil(t, got.Veto)
+			assert.Equal(t, tt.want, got.Veto(context.Background(), AttemptInfo{}))
+			assert.Equal(t, tt.asked, asked, "vetoes asked, in order")
+		})
+	}
+}

@@ -361,13 +361,27 @@ func (r *run) verdict(hint string, now time.Time) (_ delay.Verdict, poll bool) {
 	return v, false
 }
 
+// The polling of a key in flight has a floor and a ceiling of its own,
+// which no Policy lowers: polls spend neither attempts nor budget, so a
+// policy of 1 ms waits would otherwise ask a server some 30,000 times in
+// the default window of 30 s.
+const (
+	// minPollInterval is the shortest wait before a poll.
+	minPollInterval = 100 * time.Millisecond
+	// maxPollsPerWindow is the most requests answered 409 in one
+	// InFlightWindow: the last one comes at the window's end.
+	maxPollsPerWindow = 30
+)
+
 // pollVerdict is the verdict on the latest request, answered 409 under the
 // key: a request under the key is in flight, and asking again is a wait,
 // not an attempt. The wait is the backoff or the server's Retry-After, as
-// after an attempt, and the polling lasts Policy.InFlightWindow from the
-// operation's first 409 (not the latest run of them: a server that
-// alternates 409 with 5xx still ends within the window), the last poll
-// at the window's end. MaxElapsed bounds it as it bounds attempts.
+// after an attempt, but at least minPollInterval, and the polling lasts
+// Policy.InFlightWindow from the operation's first 409 (not the latest run
+// of them: a server that alternates 409 with 5xx still ends within the
+// window), the last poll at the window's end; once maxPollsPerWindow-1
+// polls were answered 409, that last one is the only one left. MaxElapsed
+// bounds the polling as it bounds attempts.
 func (r *run) pollVerdict(hint string, now time.Time) delay.Verdict {
 	r.polls++
 	if r.firstConflict.IsZero() {
@@ -379,9 +393,13 @@ func (r *run) pollVerdict(hint string, now time.Time) delay.Verdict {
 	if v.Stop != delay.Retry {
 		return v
 	}
+	v.Wait = max(v.Wait, minPollInterval)
 	left := r.firstConflict.Add(r.policy.InFlightWindow).Sub(now)
+	if r.polls >= maxPollsPerWindow-1 {
+		v.Wait = max(v.Wait, left)
+	}
 	if v.Wait > left {
-		if left <= 0 || v.RetryAfter > left {
+		if left < minPollInterval || v.RetryAfter > left {
 			return delay.Verdict{Stop: delay.ElapsedExhausted, RetryAfter: v.RetryAfter,
 				Reason: fmt.Sprintf("a request under the key was still in flight after %v (InFlightWindow)", r.policy.InFlightWindow)}
 		}

@@ -99,7 +99,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	if !replayable {
 		// Without GetBody a body cannot be sent twice: one attempt only.
-		p.MaxAttempts = 1
+		p = p.narrow(Policy{MaxAttempts: 1})
 	}
 	base := t.Base
 	if base == nil {

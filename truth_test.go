@@ -284,3 +284,50 @@ func TestBudgetUnderRandomFaults(t *testing.T) {
 	assert.Zero(t, st.BudgetRefusals)
 	assert.Greater(t, st.Retries, uint64(n/5), "the faults must have been exercised")
 }
+
+// TestReplayedAnswerIsFinal: an answer marked replayed, in any spelling of
+// the header, is the answer the server stored under the key: another
+// request gets it again and cannot change it. A replayed 500 ends the
+// operation at once, Unknown, by Do and by Transport; against a server that
+// stores its 500s, the retry that meets the replay is the last request.
+func TestReplayedAnswerIsFinal(t *testing.T) {
+	for _, name := range replayHeaders {
+		t.Run(name+"/Do", func(t *testing.T) {
+			replayed := answer(500, name, "true")
+			srv := newScripted(t, replayed, replayed, replayed, replayed)
+			c, _ := testClient(t, nil)
+			_, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "{}"))
+			e := asError(t, err)
+			assert.Equal(t, Unknown, e.Outcome)
+			assert.ErrorIs(t, err, ErrServerSaidStop)
+			assert.Equal(t, 500, e.Status)
+			assert.Equal(t, 1, len(srv.Requests()), "requests")
+		})
+		t.Run(name+"/Transport", func(t *testing.T) {
+			replayed := answer(500, name, "true")
+			srv := newScripted(t, replayed, replayed, replayed, replayed)
+			tr, _ := testTransport(t, nil)
+			resp, rep := keyedRoundTrip(t, tr, srv.URL)
+			assert.Equal(t, 500, resp.StatusCode)
+			assert.Equal(t, Unknown, rep.Outcome)
+			require.NotNil(t, rep.Err)
+			assert.ErrorIs(t, rep.Err, ErrServerSaidStop)
+			assert.Equal(t, 1, len(srv.Requests()), "requests")
+		})
+	}
+	t.Run("a server that stores its 500s", func(t *testing.T) {
+		api := idemtest.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+		}), idemtest.Options{}) // StoreServerErrors
+		srv := httptest.NewServer(api)
+		t.Cleanup(srv.Close)
+		c, _ := testClient(t, nil)
+		in := mustIntent(t, "POST", srv.URL, "{}")
+		_, err := c.Do(context.Background(), in)
+		e := asError(t, err)
+		assert.Equal(t, Unknown, e.Outcome)
+		assert.ErrorIs(t, err, ErrServerSaidStop)
+		assert.Equal(t, 2, api.RequestsForKey(in.Key()), "the 500, then its replay")
+		assert.Equal(t, 1, api.EffectsForKey(in.Key()))
+	})
+}

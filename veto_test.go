@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-go/idem/idemtest"
 )
 
 // vetoRecorder is a Policy.Veto that records what it was shown and vetoes
@@ -216,7 +220,7 @@ func TestVetoTransport(t *testing.T) {
 }
 
 // TestWithPolicy: Do and Resume run an intent made WithPolicy by its
-// policy, which replaces the Client's entirely.
+// policy narrowing the Client's.
 func TestWithPolicy(t *testing.T) {
 	t.Run("MaxAttempts 1 on a default Client", func(t *testing.T) {
 		srv := newScripted(t, answer(503), answer(503), answer(503), answer(503))
@@ -225,13 +229,13 @@ func TestWithPolicy(t *testing.T) {
 		assert.ErrorIs(t, err, ErrAttemptsExhausted)
 		assert.Len(t, srv.Requests(), 1, "requests")
 	})
-	t.Run("zero fields take the defaults, not the Client's", func(t *testing.T) {
+	t.Run("zero fields keep the Client's", func(t *testing.T) {
 		srv := newScripted(t, answer(503), answer(503), answer(503), answer(503))
 		c, _ := testClient(t, nil)
 		c.Policy = Policy{MaxAttempts: 1}
 		_, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "{}", WithPolicy(Policy{})))
 		assert.ErrorIs(t, err, ErrAttemptsExhausted)
-		assert.Len(t, srv.Requests(), 4, "requests")
+		assert.Len(t, srv.Requests(), 1, "requests")
 	})
 	t.Run("Veto", func(t *testing.T) {
 		srv := newScripted(t, answer(500), answer(201))
@@ -251,6 +255,56 @@ func TestWithPolicy(t *testing.T) {
 		assert.Equal(t, Unknown, e.Outcome)
 		assert.Len(t, srv.Requests(), 1, "requests")
 	})
+}
+
+// TestWithPolicyNarrows: a per-call policy only tightens the Client's. With
+// the README's recipe on the Client (no keyed retry of a 500, for a server
+// that releases the key after a 5xx), an intent whose policy says only
+// BaseDelay: 1 ms still runs the handler once; a Client's MaxAttempts: 1
+// still makes one request; a larger MaxAttempts does not add attempts.
+func TestWithPolicyNarrows(t *testing.T) {
+	fast := WithPolicy(Policy{BaseDelay: time.Millisecond})
+	t.Run("the Client's Veto stays", func(t *testing.T) {
+		for _, tt := range []struct {
+			name string
+			opts []IntentOption
+		}{{"plain intent", nil}, {"WithPolicy", []IntentOption{fast}}} {
+			t.Run(tt.name, func(t *testing.T) {
+				api := idemtest.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					w.WriteHeader(http.StatusInternalServerError) // charged the card, then failed
+				}), idemtest.Options{ServerErrors: idemtest.ReleaseServerErrors})
+				srv := httptest.NewServer(api)
+				t.Cleanup(srv.Close)
+				c, _ := testClient(t, nil)
+				c.Policy = Policy{Veto: releasedKey}
+				in := mustIntent(t, "POST", srv.URL, "{}", tt.opts...)
+				_, err := c.Do(context.Background(), in)
+				assert.ErrorIs(t, err, ErrVetoed)
+				assert.Equal(t, Unknown, asError(t, err).Outcome)
+				assert.Equal(t, 1, api.EffectsForKey(in.Key()), "the handler's runs: effects of one payment")
+			})
+		}
+	})
+	for _, tt := range []struct {
+		name     string
+		client   Policy
+		call     Policy
+		requests int
+	}{
+		{"the Client's MaxAttempts 1 stays", Policy{MaxAttempts: 1}, Policy{BaseDelay: time.Millisecond}, 1},
+		{"a larger MaxAttempts does not widen", Policy{MaxAttempts: 2}, Policy{MaxAttempts: 10}, 2},
+		{"a smaller MaxAttempts narrows", Policy{MaxAttempts: 3}, Policy{MaxAttempts: 2}, 2},
+		{"a MaxElapsed narrows", Policy{MaxElapsed: time.Hour}, Policy{MaxElapsed: 500 * time.Millisecond}, 2}, // 0.2 s, then 0.4 s would pass 0.5 s
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, answer(503), answer(503), answer(503), answer(503))
+			c, _ := testClient(t, nil)
+			c.Policy = tt.client
+			_, err := c.Do(context.Background(), mustIntent(t, "POST", srv.URL, "{}", WithPolicy(tt.call)))
+			assert.ErrorIs(t, err, ErrAttemptsExhausted)
+			assert.Equal(t, tt.requests, len(srv.Requests()), "requests")
+		})
+	}
 }
 
 // TestWithPolicyIntent: WithPolicy refuses a negative field, leaves

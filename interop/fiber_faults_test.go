@@ -35,11 +35,13 @@ func TestFiberExactlyOnceUnderFaults(t *testing.T) {
 		{fault: fiberReturn503, wantOutcome: idem.Applied, wantEffects: 1},
 		// The retries wait on fiber's lock, then get the stored answer.
 		{fault: fiberSlow, wantOutcome: idem.Applied, wantReplayed: true, wantEffects: 1},
-		// Stored and replayed: every attempt is a 503, the outcome can only be
-		// Unknown, reached when the attempts run out.
-		{fault: fiberWrite503, wantOutcome: idem.Unknown, wantEffects: 0, wantErr: idem.ErrAttemptsExhausted},
-		// Stored and replayed: every attempt is a 429, nothing was done.
-		{fault: fiberWrite429, wantOutcome: idem.NotApplied, wantEffects: 0, wantErr: idem.ErrAttemptsExhausted},
+		// Stored and replayed: the retry gets the stored 503, marked replayed,
+		// which every later attempt would get again: final, and the outcome
+		// can only be Unknown.
+		{fault: fiberWrite503, wantOutcome: idem.Unknown, wantEffects: 0, wantErr: idem.ErrServerSaidStop},
+		// Stored and replayed: the retry gets the stored 429, final; nothing
+		// was done.
+		{fault: fiberWrite429, wantOutcome: idem.NotApplied, wantEffects: 0, wantErr: idem.ErrServerSaidStop},
 		// Not stored although the effect happened: fiber executes the retry
 		// again. idem reports Applied truthfully; the duplicate is the
 		// server's (a fiber handler must not return an error after its

@@ -115,9 +115,10 @@ func TestToleratesDisagreeingServers(t *testing.T) {
 		{name: "503 stored and replayed", answers: []answer{status(503)},
 			policy: small, wantOutcome: idem.Unknown, wantAttempts: 6,
 			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrAttemptsExhausted}, within: 4 * time.Second},
+		// Marked replayed, the stored 500 is final: no retry can change it.
 		{name: "500 stored and replayed with Idempotent-Replayed", answers: []answer{status(500), replayed(500, "Idempotent-Replayed", "true")},
-			policy: small, wantOutcome: idem.Unknown, wantAttempts: 6,
-			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrAttemptsExhausted}, within: 4 * time.Second},
+			policy: small, wantOutcome: idem.Unknown, wantAttempts: 2,
+			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrServerSaidStop}, within: 4 * time.Second},
 		{name: "500 stored and replayed, elapsed bound", answers: []answer{status(500)},
 			policy: elapsedBound, wantOutcome: idem.Unknown,
 			wantErr: []error{idem.ErrOutcomeUnknown, idem.ErrAttemptsExhausted}, within: 2 * time.Second},

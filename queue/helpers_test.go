@@ -123,3 +123,17 @@ func waitCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// settleOne opens a queue with opts, drains it, enqueues one payment to url
+// and returns its record once settled.
+func settleOne(t *testing.T, opts Options, url string) *Record {
+	t.Helper()
+	q, _ := openTest(t, opts)
+	run(t, q)
+	ctx := waitCtx(t)
+	id, err := q.Enqueue(ctx, post(t, url, 1))
+	require.NoError(t, err)
+	r, err := q.Wait(ctx, id)
+	require.NoError(t, err)
+	return r
+}

@@ -109,13 +109,7 @@ func TestQueueInvalidRequestFails(t *testing.T) {
 			var ev events
 			opts := fast(&idem.Client{Authorize: tt.authorize})
 			opts.Notify = ev.notify
-			q, _ := openTest(t, opts)
-			run(t, q)
-			ctx := waitCtx(t)
-			id, err := q.Enqueue(ctx, post(t, tt.url, 1))
-			require.NoError(t, err)
-			r, err := q.Wait(ctx, id)
-			require.NoError(t, err)
+			r := settleOne(t, opts, tt.url)
 			assert.Equal(t, Failed, r.State)
 			assert.Equal(t, idem.NotApplied, r.Outcome)
 			assert.Equal(t, idem.ClassInvalid, r.LastClass)

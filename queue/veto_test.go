@@ -48,13 +48,7 @@ func TestDrainVeto(t *testing.T) {
 				mu.Unlock()
 				return ai.Keyed && ai.Attempt.Status == tt.status
 			}
-			q, _ := openTest(t, opts)
-			run(t, q)
-			ctx := waitCtx(t)
-			id, err := q.Enqueue(ctx, post(t, srv.URL+"/payments?token=s3cret", 1))
-			require.NoError(t, err)
-			r, err := q.Wait(ctx, id)
-			require.NoError(t, err)
+			r := settleOne(t, opts, srv.URL+"/payments?token=s3cret")
 			assert.Equal(t, Failed, r.State)
 			assert.Equal(t, tt.outcome, r.Outcome, "Outcome = %v, want %v", r.Outcome, tt.outcome)
 			assert.Contains(t, r.Reason, "veto")
@@ -88,13 +82,7 @@ func TestDrainVetoAllows(t *testing.T) {
 	opts.Policy.Veto = func(_ context.Context, ai idem.AttemptInfo) bool {
 		return ai.Attempt.Status == http.StatusInternalServerError
 	}
-	q, _ := openTest(t, opts)
-	run(t, q)
-	ctx := waitCtx(t)
-	id, err := q.Enqueue(ctx, post(t, srv.URL, 1))
-	require.NoError(t, err)
-	r, err := q.Wait(ctx, id)
-	require.NoError(t, err)
+	r := settleOne(t, opts, srv.URL)
 	assert.Equal(t, Done, r.State, r.Reason)
 	assert.Equal(t, int32(2), requests.Load(), "requests")
 }
