@@ -57,6 +57,8 @@ func Run(t *testing.T, open Opener) {
 		{"MaxAgeExpires", maxAgeExpires},
 		{"LaneHeldAfter401", laneHeldAfter401},
 		{"DiscardAndResubmit", discardAndResubmit},
+		{"ResubmitRacesSettle", resubmitRacesSettle},
+		{"ForceResubmit", forceResubmit},
 		{"CountsAndList", countsAndList},
 		{"ExactlyOnceUnderFaults", exactlyOnceUnderFaults},
 		{"TraceRoundTrip", traceRoundTrip},
