@@ -45,7 +45,8 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error
 // It refuses what Enqueue refuses: a nil intent, a POST or PATCH without a
 // key (queue.ErrNeedsKey), and a supplied key already queued for another
 // operation (queue.ErrKeyInUse); the same operation under the same key gives
-// the record that holds it. The queue's tables must exist (Migrate).
+// the record that holds it. The queue's tables must exist (Migrate;
+// ErrTablesMissing otherwise), and tx must not be nil.
 //
 // Every isolation level serves. At READ COMMITTED (PostgreSQL's default) a
 // concurrent commit under the same key gives that commit's record, and one
@@ -62,6 +63,9 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error
 // With p.Tracer set, the record's Trace is what its Inject returns for ctx,
 // within the bounds of queue.BoundTrace.
 func (p Producer) EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error) {
+	if isNil(tx) {
+		return 0, errNilTx("EnqueueTx")
+	}
 	r, err := queue.NewRecord(in, time.Time{}) // due at once; the database sets the enqueue time
 	if err != nil {
 		return 0, err
@@ -73,7 +77,12 @@ func (p Producer) EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (qu
 	if retryable(err) {
 		return 0, fmt.Errorf("pgqueue: enqueue: the transaction was aborted for another's sake: roll back and retry the whole transaction: %w", err)
 	}
-	return id, err
+	return id, tablesMissing(err)
+}
+
+// errNilTx is the error of fn, an enqueue given a nil transaction.
+func errNilTx(fn string) error {
+	return fmt.Errorf("pgqueue: %s: nil transaction: pass the transaction the intents are to commit with (pool.Begin)", fn)
 }
 
 // Insert stores r in a transaction of its own, under ctx.
