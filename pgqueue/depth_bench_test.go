@@ -33,7 +33,7 @@ func BenchmarkDepth(b *testing.B) {
 			for b.Loop() {
 				r, err := queue.NewRecord(in, time.Time{})
 				require.NoError(b, err)
-				_, err = st.Insert(context.Background(), r, 0)
+				_, err = st.Insert(context.Background(), r)
 				require.NoError(b, err)
 				lane, ok, _, err := takeOne(st)
 				require.NoError(b, err)

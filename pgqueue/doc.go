@@ -45,7 +45,9 @@
 //
 // # Tables
 //
-// Migrate creates, in the pool's current schema (its search_path):
+// Migrate creates, in the pool's current schema (its search_path), the
+// tables below; before it, New, EnqueueTx and EnqueueManyTx return
+// ErrTablesMissing:
 //
 //   - idem_queue_migrations (version, applied_at): one row per version of
 //     the tables applied; see Rolling upgrades.

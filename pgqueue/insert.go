@@ -45,7 +45,8 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error
 // It refuses what Enqueue refuses: a nil intent, a POST or PATCH without a
 // key (queue.ErrNeedsKey), and a supplied key already queued for another
 // operation (queue.ErrKeyInUse); the same operation under the same key gives
-// the record that holds it. The queue's tables must exist (Migrate).
+// the record that holds it. The queue's tables must exist (Migrate;
+// ErrTablesMissing otherwise), and tx must not be nil.
 //
 // Every isolation level serves. At READ COMMITTED (PostgreSQL's default) a
 // concurrent commit under the same key gives that commit's record, and one
@@ -62,6 +63,9 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error
 // With p.Tracer set, the record's Trace is what its Inject returns for ctx,
 // within the bounds of queue.BoundTrace.
 func (p Producer) EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (queue.ID, error) {
+	if isNil(tx) {
+		return 0, errNilTx("EnqueueTx")
+	}
 	r, err := queue.NewRecord(in, time.Time{}) // due at once; the database sets the enqueue time
 	if err != nil {
 		return 0, err
@@ -73,55 +77,83 @@ func (p Producer) EnqueueTx(ctx context.Context, tx pgx.Tx, in *idem.Intent) (qu
 	if retryable(err) {
 		return 0, fmt.Errorf("pgqueue: enqueue: the transaction was aborted for another's sake: roll back and retry the whole transaction: %w", err)
 	}
-	return id, err
+	return id, tablesMissing(err)
 }
 
-// Insert stores r in a transaction of its own, under ctx. With resubmitOf
-// not 0, r is a copy of that record, which the same transaction marks as
-// resubmitted, locking it first: of two resubmits at once, one queues a
-// copy.
-func (st *store) Insert(ctx context.Context, r *queue.Record, resubmitOf queue.ID) (queue.ID, error) {
+// errNilTx is the error of fn, an enqueue given a nil transaction.
+func errNilTx(fn string) error {
+	return fmt.Errorf("pgqueue: %s: nil transaction: pass the transaction the intents are to commit with (pool.Begin)", fn)
+}
+
+// Insert stores r in a transaction of its own, under ctx.
+func (st *store) Insert(ctx context.Context, r *queue.Record) (queue.ID, error) {
 	var id queue.ID
 	err := retry(ctx, func() error {
 		octx, cancel := st.op(ctx)
 		defer cancel()
 		var err error
-		if resubmitOf != 0 {
-			id, err = resubmit(octx, st.pool, r, resubmitOf)
-		} else {
-			id, err = insert(octx, st.pool, r)
-		}
+		id, err = insert(octx, st.pool, r)
 		return err
 	})
 	return id, st.wrapKeep(ctx, err)
 }
 
-func resubmit(ctx context.Context, db Beginner, r *queue.Record, old queue.ID) (queue.ID, error) {
+// Resubmit stores r, a copy of record old, in a transaction that locks old
+// first (FOR UPDATE), judges it by rule and marks it resubmitted: a settle
+// of old by any replica, or another Resubmit, waits for that transaction
+// or is waited for, so that rule sees old as it is when the copy commits.
+// A refusal of rule is returned as it is.
+func (st *store) Resubmit(ctx context.Context, r *queue.Record, old queue.ID, rule func(*queue.Record) error) (queue.ID, error) {
+	var (
+		id      queue.ID
+		refused error
+	)
+	judge := func(o *queue.Record) error {
+		refused = rule(o)
+		return refused
+	}
+	err := retry(ctx, func() error {
+		octx, cancel := st.op(ctx)
+		defer cancel()
+		var err error
+		refused = nil
+		id, err = resubmit(octx, st.pool, r, old, judge)
+		return err
+	})
+	if refused != nil {
+		return 0, refused
+	}
+	return id, st.wrapKeep(ctx, err)
+}
+
+// resubmit is Resubmit's transaction.
+func resubmit(ctx context.Context, db Beginner, r *queue.Record, old queue.ID, rule func(*queue.Record) error) (queue.ID, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it does nothing
 	o, err := scanRecord(tx.QueryRow(ctx, "SELECT "+recordColumns+" FROM idem_queue_records WHERE id = $1 FOR UPDATE", int64(old)))
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("%w: %d", queue.ErrNotFound, old)
+	case err != nil:
 		return 0, err
 	}
-	if o != nil && o.ResubmittedAs != 0 {
-		return 0, fmt.Errorf("%w: %d was resubmitted as %d", queue.ErrNotResubmittable, old, o.ResubmittedAs)
+	if err := rule(o); err != nil {
+		return 0, err
 	}
 	id, err := insert(ctx, tx, r)
 	if err != nil {
 		return 0, err
 	}
-	if o != nil { // not discarded meanwhile
-		o.ResubmittedAs = id
-		data, err := o.MarshalBinary()
-		if err != nil {
-			return 0, err
-		}
-		if _, err := tx.Exec(ctx, "UPDATE idem_queue_records SET record = $2 WHERE id = $1", int64(old), data); err != nil {
-			return 0, err
-		}
+	o.ResubmittedAs = id
+	data, err := o.MarshalBinary()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, "UPDATE idem_queue_records SET record = $2 WHERE id = $1", int64(old), data); err != nil {
+		return 0, err
 	}
 	return id, tx.Commit(ctx)
 }
@@ -166,7 +198,7 @@ func insert(ctx context.Context, db querier, r *queue.Record) (queue.ID, error) 
 
 // wrapKeep is wrap for errors the queue hands its caller as they are.
 func (st *store) wrapKeep(ctx context.Context, err error) error {
-	for _, e := range []error{queue.ErrKeyInUse, queue.ErrNotResubmittable, queue.ErrDamaged} {
+	for _, e := range []error{queue.ErrKeyInUse, queue.ErrNotFound, queue.ErrDamaged} {
 		if errors.Is(err, e) {
 			return err
 		}

@@ -42,6 +42,9 @@ func EnqueueManyTx(ctx context.Context, tx pgx.Tx, ins []*idem.Intent) ([]queue.
 // With p.Tracer set, every record's Trace is what its Inject returns for
 // ctx, called once, within the bounds of queue.BoundTrace.
 func (p Producer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ins []*idem.Intent) ([]queue.ID, error) {
+	if isNil(tx) {
+		return nil, errNilTx("EnqueueManyTx")
+	}
 	if len(ins) == 0 {
 		return nil, nil
 	}
@@ -53,7 +56,7 @@ func (p Producer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ins []*idem.Inte
 		if retryable(err) {
 			return nil, fmt.Errorf("pgqueue: enqueue many: the transaction was aborted for another's sake: roll back and retry the whole transaction: %w", err)
 		}
-		return nil, err
+		return nil, tablesMissing(err)
 	}
 	ids := make([]queue.ID, len(ins))
 	for i, s := range b.of {

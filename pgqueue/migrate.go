@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -42,6 +43,9 @@ const migrateLock = 0x6964656d71 // "idemq"
 // database migrated by a newer version of this package gives an error
 // rather than being used by code that does not know its tables.
 func Migrate(ctx context.Context, db Beginner) error {
+	if isNil(db) {
+		return errors.New("pgqueue: Migrate: nil database: pass a *pgxpool.Pool or a *pgx.Conn")
+	}
 	steps, err := migrationSteps()
 	if err != nil {
 		return err

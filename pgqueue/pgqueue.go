@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-go/idem/queue"
@@ -45,8 +44,8 @@ const MinListenConns = 2
 // every other replica that opens it there. Run drains it: lanes are taken
 // one worker at a time across all replicas, in commit order within a lane
 // (see Leases and Fencing in the package doc). Its tables must exist, at
-// the version this package knows: call Migrate first (see Tables and
-// Rolling upgrades). The pool stays the caller's; the Queue holds one of
+// the version this package knows: call Migrate first (ErrTablesMissing
+// otherwise; see Tables and Rolling upgrades). The pool stays the caller's; the Queue holds one of
 // its connections for LISTEN unless Options.NoListen, and Close releases
 // it. A pool whose MaxConns is below MinListenConns is refused
 // (queue.ErrInvalidOptions) unless Options.NoListen or ReadOnly: nothing
@@ -102,9 +101,8 @@ func openKnowing(ctx context.Context, pool *pgxpool.Pool, opts Options, known in
 	}
 	var version int
 	if err := pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM idem_queue_migrations").Scan(&version); err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
-			return nil, fmt.Errorf("pgqueue: the queue's tables are not there (call Migrate first): %w", err)
+		if err := tablesMissing(err); errors.Is(err, ErrTablesMissing) {
+			return nil, err
 		}
 		return nil, fmt.Errorf("pgqueue: reading the queue's tables' version: %w", err)
 	}

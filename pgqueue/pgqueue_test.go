@@ -406,7 +406,8 @@ func TestMigrate(t *testing.T) {
 func TestNewBeforeMigrate(t *testing.T) {
 	pool := unmigrated(t)
 	_, err := pgqueue.New(context.Background(), pool, pgqueue.Options{})
-	assert.ErrorContains(t, err, "Migrate")
+	assert.ErrorIs(t, err, pgqueue.ErrTablesMissing)
+	assert.ErrorContains(t, err, "call Migrate first")
 	_, err = pgqueue.New(context.Background(), nil, pgqueue.Options{})
 	assert.ErrorIs(t, err, queue.ErrInvalidOptions)
 	_, err = pgqueue.New(context.Background(), pool, pgqueue.Options{LeaseMargin: -time.Second})

@@ -44,7 +44,7 @@ func enqueue(t *testing.T, st *store, lane string) queue.ID {
 	require.NoError(t, err)
 	r, err := queue.NewRecord(in, st.now())
 	require.NoError(t, err)
-	id, err := st.Insert(context.Background(), r, 0)
+	id, err := st.Insert(context.Background(), r)
 	require.NoError(t, err)
 	return id
 }

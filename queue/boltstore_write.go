@@ -15,34 +15,43 @@ import (
 // Insert stores r, a new pending record, and returns its ID; a record
 // holding r's supplied key for the same operation gives that record's ID
 // instead. ctx is checked before the write starts: a bbolt transaction
-// cannot be interrupted. With resubmitOf not 0 it is resubmit.
-func (st *boltStore) Insert(ctx context.Context, r *Record, resubmitOf ID) (ID, error) {
+// cannot be interrupted.
+func (st *boltStore) Insert(ctx context.Context, r *Record) (ID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
-	}
-	if resubmitOf != 0 {
-		return st.resubmit(r, resubmitOf)
 	}
 	return st.insertWith(r, nil)
 }
 
-// resubmit is insert for the copy of record old, which it marks in the same
-// transaction. The transaction checks old again: of two Resubmit calls at
-// once, or one after a crash, only one queues a copy.
-func (st *boltStore) resubmit(r *Record, old ID) (ID, error) {
+// Resubmit is Insert for r, the copy of record old, which the same
+// transaction judges by rule and marks: bbolt's one writer at a time keeps
+// old from a settle, or another Resubmit, until it commits.
+func (st *boltStore) Resubmit(ctx context.Context, r *Record, old ID, rule func(*Record) error) (ID, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	return st.insertWith(r, func(b buckets, newID ID) error {
 		o, _, err := b.get(old)
-		if err != nil || o == nil {
-			return err // discarded meanwhile: the new record stands alone
-		}
-		if err := resubmittable(o); err != nil {
+		switch {
+		case err != nil:
 			return err
+		case o == nil:
+			return fmt.Errorf("%w: %d", ErrNotFound, old)
+		}
+		if err := rule(o); err != nil {
+			return refusal{err}
 		}
 		o.ResubmittedAs = newID
 		_, _, _, err = b.replace(o, o.State)
 		return err
 	})
 }
+
+// refusal is a rule's error, which Resubmit returns as it is.
+type refusal struct{ err error }
+
+func (r refusal) Error() string { return r.err.Error() }
+func (r refusal) Unwrap() error { return r.err }
 
 // insertWith is insert; also, if not nil, runs in the transaction that
 // stores r, given its ID: an error from it stores nothing and is returned as
@@ -94,8 +103,12 @@ func (st *boltStore) insertWith(r *Record, also func(b buckets, id ID) error) (I
 		}
 	}
 	st.mu.Unlock()
-	if err != nil {
-		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrKeyInUse) && !errors.Is(err, ErrDamaged) && !errors.Is(err, ErrNotResubmittable) {
+	var rf refusal
+	switch {
+	case errors.As(err, &rf):
+		return 0, rf.err
+	case err != nil:
+		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrKeyInUse) && !errors.Is(err, ErrDamaged) && !errors.Is(err, ErrNotFound) {
 			err = fmt.Errorf("queue: enqueue: not stored: %w", err) // a write failed: disk full, I/O error
 		}
 		return 0, err

@@ -32,7 +32,8 @@
 //
 // Open keeps the records in one bbolt file; New takes any other Store, such
 // as package pgqueue's, which keeps them in PostgreSQL for several replicas.
-// A Store answers a supplied key already held through KeyHeld, and proves
+// A Store answers a supplied key already held through KeyHeld, judges a
+// Resubmit by the Queue's rule in the commit that stores the copy, and proves
 // itself with the suite of package queuetest, which every store runs. The
 // Queue holds no lock of its own while it waits for its store, so a slow
 // store slows the calls that need it only. Each call's context reaches the
@@ -54,8 +55,14 @@
 // operation in doubt (an ambiguous attempt, a 409 under its key, a resend
 // by net/http: it may have happened) or NotApplied. Expired records are
 // surfaced (Notify, List, Wait), never sent again and never resent under a
-// new key unless an operator calls Resubmit. A record that never reached the
-// server has no such horizon; Options.MaxAge limits stale intents instead.
+// new key unless an operator calls Resubmit. Resubmit refuses a record whose
+// outcome is Unknown (ErrUnknownOutcome), since a copy would apply it twice
+// if an attempt was applied; ForceResubmit copies it once the operator has
+// checked with the server. The store decides in the commit that stores the
+// copy, so a Resubmit racing the drainer sees the record in flight or
+// settled, never in between; idemq's resubmit and queueweb's route ask it,
+// and check nothing themselves. A record that never reached the server has
+// no such horizon; Options.MaxAge limits stale intents instead.
 //
 // The horizon is judged by the wall clock, and edge devices boot with wrong
 // clocks: the queue keeps the latest time it has seen (the mark), and while

@@ -33,29 +33,33 @@ func (q *Queue) Enqueue(ctx context.Context, in *idem.Intent) (ID, error) {
 	if q.opts.ReadOnly {
 		return 0, ErrReadOnly
 	}
-	return q.enqueue(ctx, in, 0, nil)
-}
-
-// enqueue is Enqueue, and Resubmit's copy of record resubmitOf when that is
-// not 0. The record's Trace is what Options.Tracer injects from ctx, or
-// else trace.
-func (q *Queue) enqueue(ctx context.Context, in *idem.Intent, resubmitOf ID, trace map[string]string) (ID, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	r, err := NewRecord(in, q.now())
+	r, err := q.newRecord(ctx, in, nil)
 	if err != nil {
 		return 0, err
 	}
-	if r.Trace = q.inject(ctx); r.Trace == nil {
-		r.Trace = trace
-	}
-	id, err := q.st.Insert(ctx, r, resubmitOf)
+	id, err := q.st.Insert(ctx, r)
 	if err != nil {
 		return 0, err
 	}
 	q.poke()
 	return id, nil
+}
+
+// newRecord is the record that Enqueue, or Resubmit for its copy, stores
+// for in: ctx's error if ctx has ended, which stores nothing. Its Trace is
+// what Options.Tracer injects from ctx, or else trace.
+func (q *Queue) newRecord(ctx context.Context, in *idem.Intent, trace map[string]string) (*Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r, err := NewRecord(in, q.now())
+	if err != nil {
+		return nil, err
+	}
+	if r.Trace = q.inject(ctx); r.Trace == nil {
+		r.Trace = trace
+	}
+	return r, nil
 }
 
 // NewRecord returns the pending record that enqueuing in at now stores, due

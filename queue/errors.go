@@ -22,17 +22,23 @@ var (
 	// ErrInFlight is returned by Discard for a record whose attempt is
 	// under way.
 	ErrInFlight = errors.New("queue: record in flight")
-	// ErrNotResubmittable is returned by Resubmit for a record that is not
-	// expired or failed, was resubmitted already, or was found damaged.
+	// ErrNotResubmittable is returned by Resubmit and ForceResubmit for a
+	// record that is not expired or failed, was resubmitted already, or was
+	// found damaged.
 	ErrNotResubmittable = errors.New("queue: record cannot be resubmitted")
+	// ErrUnknownOutcome is returned by Resubmit for a record whose outcome
+	// is Unknown: an attempt may have been applied, and a copy under a new
+	// key would apply it again. Only the server can tell; ForceResubmit
+	// copies such a record once it shows the operation was not applied.
+	ErrUnknownOutcome = errors.New("queue: outcome unknown")
 	// ErrClosed is returned by every method once Close was called.
 	ErrClosed = errors.New("queue: closed")
 	// ErrRunning is returned by Run while another Run drains the queue.
 	ErrRunning = errors.New("queue: already running")
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("queue: file locked by another process")
-	// ErrReadOnly is returned by Enqueue, Run, Wait, Discard, Resubmit and
-	// ResetClock on a Queue opened with Options.ReadOnly.
+	// ErrReadOnly is returned by Enqueue, Run, Wait, Discard, Resubmit,
+	// ForceResubmit and ResetClock on a Queue opened with Options.ReadOnly.
 	ErrReadOnly = errors.New("queue: opened read-only")
 	// ErrDamaged is returned by Open, and by reads, when the file or a
 	// record in it is damaged. Open never writes to a file it cannot read;

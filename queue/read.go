@@ -189,11 +189,30 @@ func (q *Queue) discarded(id ID) {
 
 // Resubmit queues an expired or failed record again as a new intent with a
 // new key, and returns the new record's ID; the old record notes it in
-// ResubmittedAs. It is never automatic: a resend under a new key can apply
-// the operation a second time if the first attempt did, which only the
-// operator can judge. The copy's Trace is what Options.Tracer injects from
-// ctx, or else the old record's.
+// ResubmittedAs. It is never automatic: a resend under a new key applies
+// the operation a second time if an attempt of the first did, which only
+// the operator can judge. Resubmit therefore refuses a record whose outcome
+// is Unknown (ErrUnknownOutcome; see ForceResubmit), as it refuses one in
+// another state, found damaged or resubmitted already
+// (ErrNotResubmittable). The store decides this in the commit that stores
+// the copy, so that a record settling meanwhile is judged as it settled:
+// a Resubmit racing the drainer never copies a record that ends Unknown,
+// and of two at once one copies the record. The copy's Trace is what
+// Options.Tracer injects from ctx, or else the old record's.
 func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
+	return q.resubmit(ctx, id, resubmittable)
+}
+
+// ForceResubmit is Resubmit for a record whose outcome is Unknown too: the
+// operator has checked with the server that no attempt of it was applied.
+// It lifts that refusal only.
+func (q *Queue) ForceResubmit(ctx context.Context, id ID) (ID, error) {
+	return q.resubmit(ctx, id, resubmittableForced)
+}
+
+// resubmit copies record id, if rule, given the record in the store's
+// commit, allows it.
+func (q *Queue) resubmit(ctx context.Context, id ID, rule func(*Record) error) (ID, error) {
 	if q.opts.ReadOnly {
 		return 0, ErrReadOnly
 	}
@@ -201,10 +220,27 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := resubmittable(old); err != nil {
+	if old.Intent == nil { // found damaged: nothing to copy, which rule says
+		return 0, rule(old)
+	}
+	fresh, err := resubmitted(old.Intent)
+	if err != nil {
 		return 0, err
 	}
-	in := old.Intent
+	r, err := q.newRecord(ctx, fresh, old.Trace)
+	if err != nil {
+		return 0, err
+	}
+	nid, err := q.st.Resubmit(ctx, r, id, rule)
+	if err != nil {
+		return 0, err
+	}
+	q.poke()
+	return nid, nil
+}
+
+// resubmitted returns in again under a new key.
+func resubmitted(in *idem.Intent) (*idem.Intent, error) {
 	opts := []idem.IntentOption{idem.WithLane(in.Lane())}
 	for k, vs := range in.Header() {
 		for _, v := range vs {
@@ -214,17 +250,26 @@ func (q *Queue) Resubmit(ctx context.Context, id ID) (ID, error) {
 	if in.Key() == "" {
 		opts = append(opts, idem.WithoutKey())
 	}
-	fresh, err := idem.NewIntent(in.Method(), in.URL(), in.Body(), opts...)
-	if err != nil {
-		return 0, err
-	}
-	return q.enqueue(ctx, fresh, id, old.Trace)
+	return idem.NewIntent(in.Method(), in.URL(), in.Body(), opts...)
 }
 
-// resubmittable says why r cannot be resubmitted, if it cannot.
+// resubmittable is Resubmit's rule: it says why r cannot be resubmitted
+// without force, if it cannot.
 func resubmittable(r *Record) error {
+	if err := resubmittableForced(r); err != nil {
+		return err
+	}
+	if r.Outcome == idem.Unknown {
+		return fmt.Errorf("%w: %d: an attempt may have been applied, and a resubmit under a new key would apply it again; check with the server", ErrUnknownOutcome, r.ID)
+	}
+	return nil
+}
+
+// resubmittableForced is ForceResubmit's rule: it says why r cannot be
+// resubmitted, if it cannot.
+func resubmittableForced(r *Record) error {
 	switch {
-	case r.Damaged:
+	case r.Damaged || r.Intent == nil:
 		return fmt.Errorf("%w: %d was found damaged: what it held cannot be trusted", ErrNotResubmittable, r.ID)
 	case r.State != Expired && r.State != Failed:
 		return fmt.Errorf("%w: %d is %s, not expired or failed", ErrNotResubmittable, r.ID, r.State)

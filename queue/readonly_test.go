@@ -58,6 +58,8 @@ func TestReadOnly(t *testing.T) {
 	assert.ErrorIs(t, ro.Discard(context.Background(), ids[1]), ErrReadOnly, "Discard")
 	_, err = ro.Resubmit(ctx, ids[1])
 	assert.ErrorIs(t, err, ErrReadOnly, "Resubmit")
+	_, err = ro.ForceResubmit(ctx, ids[1])
+	assert.ErrorIs(t, err, ErrReadOnly, "ForceResubmit")
 	assert.ErrorIs(t, ro.ResetClock(ctx), ErrReadOnly, "ResetClock")
 
 	_, err = Open(path, Options{LockTimeout: 50 * time.Millisecond})

@@ -104,11 +104,18 @@ func (s *stallStore) Stats(ctx context.Context) (StoreStats, error) {
 	return s.Store.Stats(ctx)
 }
 
-func (s *stallStore) Insert(ctx context.Context, r *Record, resubmitOf ID) (ID, error) {
+func (s *stallStore) Insert(ctx context.Context, r *Record) (ID, error) {
 	if err := s.stall(ctx, "Insert"); err != nil {
 		return 0, err
 	}
-	return s.Store.Insert(ctx, r, resubmitOf)
+	return s.Store.Insert(ctx, r)
+}
+
+func (s *stallStore) Resubmit(ctx context.Context, r *Record, old ID, rule func(*Record) error) (ID, error) {
+	if err := s.stall(ctx, "Resubmit"); err != nil {
+		return 0, err
+	}
+	return s.Store.Resubmit(ctx, r, old, rule)
 }
 
 func (s *stallStore) Discard(ctx context.Context, id ID) error {
@@ -141,7 +148,7 @@ func newStalling(t *testing.T, method string) (*Queue, *stallStore, ID) {
 	now, _ := bs.Clock()
 	r, err := NewRecord(post(t, url, 1), now)
 	require.NoError(t, err)
-	id, err := bs.Insert(context.Background(), r, 0)
+	id, err := bs.Insert(context.Background(), r)
 	require.NoError(t, err)
 	st := &stallStore{Store: bs, method: method, entered: make(chan string, 1), release: make(chan struct{}), seen: map[string][]context.Context{}}
 	q, err := New(st, opts)

@@ -17,7 +17,7 @@ import (
 // New takes any other, such as package pgqueue's, which keeps the records in
 // PostgreSQL for several replicas at once. A store provides the few
 // operations below; the Queue derives the rest (Counts and OldestPending
-// from Stats, Resubmit from Insert and Get, Wait from Get and the feeds).
+// from Stats, Wait from Get and the feeds).
 //
 // A store never calls back into the Queue: it returns what the Queue must
 // report. Its methods are safe for concurrent use, and the Queue calls none
@@ -56,12 +56,19 @@ type Store interface {
 	// its ID; a record holding r's supplied key for the same operation
 	// gives that record's ID instead, another operation ErrKeyInUse
 	// (KeyHeld gives both). Past the store's limits it gives ErrQueueFull.
-	// With resubmitOf not 0, r is the copy of that record, which Insert
-	// marks resubmitted (Record.ResubmittedAs) in the same commit, checking
-	// it there: ErrNotResubmittable if it was resubmitted already (of two
-	// at once, one copy is stored); a record discarded meanwhile leaves the
-	// copy alone.
-	Insert(ctx context.Context, r *Record, resubmitOf ID) (ID, error)
+	Insert(ctx context.Context, r *Record) (ID, error)
+	// Resubmit stores r, the copy of record old that Queue.Resubmit or
+	// ForceResubmit made, as Insert does, and marks old resubmitted
+	// (Record.ResubmittedAs) in the same commit, which decides whether old
+	// may be copied: it gives rule old as that commit finds it, kept from
+	// every other writer (a settle, another Resubmit, in any process
+	// sharing the store) until the commit ends, and stores nothing when
+	// rule returns an error, which it returns as it is. It returns an
+	// error wrapping ErrNotFound when old is gone. So rule sees old in
+	// flight or settled with its outcome, never a state a settle is
+	// leaving; of two Resubmit calls at once, the second sees the first's
+	// mark.
+	Resubmit(ctx context.Context, r *Record, old ID, rule func(old *Record) error) (ID, error)
 	// Get returns record id, or an error wrapping ErrNotFound.
 	Get(ctx context.Context, id ID) (*Record, error)
 	// List returns up to limit (at least 1) records in state s, every

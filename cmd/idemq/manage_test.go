@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/queue/queueweb"
 )
 
 func jsonOf(r result, v any) error { return json.Unmarshal([]byte(r.stdout), v) }
@@ -74,27 +75,54 @@ func TestResubmit(t *testing.T) {
 }
 
 // TestResubmitUnknownNeedsForce: a record whose attempt may have been
-// applied is resubmitted only with --force.
+// applied is resubmitted only with --force, in a file, in PostgreSQL and
+// over --url, with the same words: each asks the queue, which refuses.
 func TestResubmitUnknownNeedsForce(t *testing.T) {
 	srv := newServer(t, idem.DefaultKeyHeader, 0, nil) // closes the connection: ambiguous
-	file, ids := queueFile(t, intent(t, srv.URL+"/pay?token=s3cret", "x"))
-	r := ok(t, file, "drain", "--max-attempts", "1", "--timeout", "10s")
-	assert.Contains(t, r.stdout, "1 failed")
+	in := func() *idem.Intent { return intent(t, srv.URL+"/pay?token=s3cret", "x") }
+	drained := func(t *testing.T, flags ...string) {
+		r := idemq(t, nil, append(flags, "drain", "--max-attempts", "1", "--timeout", "10s")...)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, "1 failed")
+	}
+	file, _ := queueFile(t, in())
+	dsn, _ := pgQueueOf(t, in())
+	served, _ := queueFile(t, in())
+	drained(t, "--file", file)
+	drained(t, "--dsn", dsn)
+	drained(t, "--file", served)
+	url := serve(t, served, queueweb.Options{Writes: true})
+	env := []string{"IDEMQ_TEST_AUTH=Bearer op3rator", "IDEMQ_FILE=", "IDEMQ_DSN=", "IDEMQ_URL="}
 
-	var v recordView
-	require.NoError(t, jsonOf(ok(t, file, "show", "--json", ids[0].String()), &v))
-	require.NotNil(t, v.Outcome)
-	require.Equal(t, "unknown", *v.Outcome)
-	assert.True(t, v.InDoubt)
+	var refusals []string
+	for _, flags := range [][]string{
+		{"--file", file},
+		{"--dsn", dsn},
+		{"--url", url, "--url-auth-env", "IDEMQ_TEST_AUTH"},
+	} {
+		t.Run(flags[0], func(t *testing.T) {
+			var v recordView
+			r := idemq(t, env, append(flags, "show", "--json", "1")...)
+			require.NoError(t, jsonOf(r, &v), r.stderr)
+			require.NotNil(t, v.Outcome)
+			require.Equal(t, "unknown", *v.Outcome)
+			assert.True(t, v.InDoubt)
 
-	r = idemq(t, nil, "--file", file, "resubmit", ids[0].String())
-	assert.Equal(t, exitError, r.code)
-	assert.Contains(t, r.stderr, "outcome unknown")
-	assert.Contains(t, r.stderr, "--force")
-	assert.Empty(t, listed(t, ok(t, file, "ls", "--json", "--state", "pending")))
+			r = idemq(t, env, append(flags, "resubmit", "1")...)
+			assert.Equal(t, exitError, r.code)
+			assert.Contains(t, r.stderr, "outcome unknown")
+			assert.Contains(t, r.stderr, "--force")
+			refusals = append(refusals, r.stderr)
+			assert.Empty(t, listed(t, idemq(t, env, append(flags, "ls", "--json", "--state", "pending")...)))
 
-	r = ok(t, file, "resubmit", "--force", ids[0].String())
-	assert.Contains(t, r.stdout, "resubmitted 1 as ")
+			r = idemq(t, env, append(flags, "resubmit", "--force", "1")...)
+			assert.Equal(t, exitOK, r.code, r.stderr)
+			assert.Contains(t, r.stdout, "resubmitted 1 as ")
+		})
+	}
+	for _, r := range refusals[1:] {
+		assert.Equal(t, refusals[0], r, "the refusal, for a file and another queue")
+	}
 }
 
 func TestResetClock(t *testing.T) {

@@ -10,15 +10,18 @@ import (
 	"github.com/idem-go/idem/queue/queueweb"
 )
 
-// source is the queue a command reads and acts on: a file (fileSource), or
-// a running application's queueweb handler (urlSource, --url). Both give
-// queueweb's views, so the commands print the same for either.
+// source is the queue a command reads and acts on: a file or a PostgreSQL
+// queue (fileSource), or a running application's queueweb handler
+// (urlSource, --url). Both give queueweb's views, so the commands print the
+// same for either.
 type source interface {
 	// list returns the records f selects, in ID order.
 	list(ctx context.Context, f lsFilter, now time.Time) ([]recordView, error)
 	get(ctx context.Context, id queue.ID) (recordView, error)
 	stats(ctx context.Context, opts queueweb.Options, now time.Time) (queueweb.Stats, error)
 	discard(ctx context.Context, id queue.ID) (discarded, error)
+	// resubmit is queue.Queue.Resubmit, or ForceResubmit when force is
+	// set: the queue refuses what it must, never the source.
 	resubmit(ctx context.Context, id queue.ID, force bool) (queue.ID, error)
 }
 
@@ -38,7 +41,7 @@ func (a *app) withSource(opts queue.Options, fn func(source) error) error {
 	return a.withQueue(opts, func(q *queue.Queue) error { return fn(fileSource{q}) })
 }
 
-// fileSource is a queue file idemq opened.
+// fileSource is a queue idemq opened: a file, or a PostgreSQL queue.
 type fileSource struct{ q *queue.Queue }
 
 // listPage is how many records ls reads per call.
@@ -89,16 +92,21 @@ func (s fileSource) discard(ctx context.Context, id queue.ID) (discarded, error)
 }
 
 func (s fileSource) resubmit(ctx context.Context, id queue.ID, force bool) (queue.ID, error) {
-	nid, err := queueweb.Resubmit(ctx, s.q, id, force)
-	if errors.Is(err, queueweb.ErrUnknownOutcome) {
+	resubmit := s.q.Resubmit
+	if force {
+		resubmit = s.q.ForceResubmit
+	}
+	nid, err := resubmit(ctx, id)
+	if errors.Is(err, queue.ErrUnknownOutcome) {
 		return 0, needsForce(id)
 	}
 	return nid, err
 }
 
-// needsForce is resubmit's refusal of a record whose outcome is unknown.
+// needsForce is the queue's refusal to resubmit record id, whose outcome
+// is unknown, without force, as idemq words it for a file, a DSN or a URL.
 func needsForce(id queue.ID) error {
-	return fmt.Errorf("%d: %w, then pass --force", id, queueweb.ErrUnknownOutcome)
+	return fmt.Errorf("%d: %w: an attempt may have been applied, and a resubmit under a new key would apply it again; check with the server, then pass --force", id, queue.ErrUnknownOutcome)
 }
 
 // errNotOverURL is returned by the commands a handler does not serve.

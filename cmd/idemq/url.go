@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/queue"
 	"github.com/idem-go/idem/queue/queueweb"
 	"github.com/idem-go/idem/redact"
@@ -87,9 +86,9 @@ func (s urlSource) call(ctx context.Context, method, path string, query url.Valu
 		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
 	if res.StatusCode != http.StatusOK {
-		var e struct{ Error string }
+		var e struct{ Error, Code string }
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return errors.New(e.Error)
+			return &answerError{e.Error, e.Code}
 		}
 		return fmt.Errorf("%s %s: %s from %s; is queueweb.Handler mounted there, and is idemq allowed in (--url-auth-env)?", method, path, res.Status, s.shown)
 	}
@@ -165,21 +164,23 @@ func (s urlSource) discard(ctx context.Context, id queue.ID) (discarded, error) 
 }
 
 func (s urlSource) resubmit(ctx context.Context, id queue.ID, force bool) (queue.ID, error) {
-	v, err := s.get(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	if v.Outcome != nil && *v.Outcome == idem.Unknown.String() && !force {
-		return 0, needsForce(id)
-	}
 	q := url.Values{}
 	if force {
 		q.Set("force", "true")
 	}
 	var res struct{ As queue.ID }
-	err = s.call(ctx, http.MethodPost, "api/records/"+id.String()+"/resubmit", q, &res)
+	err := s.call(ctx, http.MethodPost, "api/records/"+id.String()+"/resubmit", q, &res)
+	if ae := (*answerError)(nil); errors.As(err, &ae) && ae.code == queueweb.CodeOutcomeUnknown {
+		return 0, needsForce(id)
+	}
 	return res.As, err
 }
+
+// answerError is an error answer of the handler: its message, and its
+// code, if it has one.
+type answerError struct{ msg, code string }
+
+func (e *answerError) Error() string { return e.msg }
 
 func (s urlSource) resetClock(ctx context.Context) error {
 	var res struct{ Reset bool }

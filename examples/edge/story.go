@@ -290,10 +290,10 @@ func (s *story) explain(w io.Writer, r *queue.Record) {
 	fmt.Fprintf(w, "\nr-00 expired at its horizon and was not sent again: the server saw %s with its key, %s after the horizon.\n",
 		count(s.srv.RequestsForKey(in.Key()), "request"), late)
 	if s.srv.EffectsForPayload(in.Body()) > 0 {
-		fmt.Fprintln(w, "The server's count shows it was applied before the outage: Resubmit, which sends it again under a new key,")
+		fmt.Fprintln(w, "The server's count shows it was applied before the outage: ForceResubmit, which sends it again under a new key,")
 		fmt.Fprintln(w, "would apply it twice. An operator reconciles first; the queue never resubmits by itself.")
 	} else {
-		fmt.Fprintln(w, "The server's count shows it was not applied: an operator who has checked can Resubmit it under a new key;")
+		fmt.Fprintln(w, "The server's count shows it was not applied: an operator who has checked can ForceResubmit it under a new key;")
 		fmt.Fprintln(w, "the queue never resubmits by itself.")
 	}
 }

@@ -59,6 +59,8 @@ func Run(t *testing.T, open Opener) {
 		{"LaneHeldAfter401", laneHeldAfter401},
 		{"LaneHeldAfterPanic", laneHeldAfterPanic},
 		{"DiscardAndResubmit", discardAndResubmit},
+		{"ResubmitRacesSettle", resubmitRacesSettle},
+		{"ForceResubmit", forceResubmit},
 		{"CountsAndList", countsAndList},
 		{"ExactlyOnceUnderFaults", exactlyOnceUnderFaults},
 		{"TraceRoundTrip", traceRoundTrip},

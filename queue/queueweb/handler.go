@@ -74,7 +74,8 @@ var page embed.FS
 //
 // Errors are JSON, {"error": "..."}: 400 for a bad parameter, 403 for a
 // write without Options.Writes, 404 for no such record, 405 for a wrong
-// method, 409 for a record in flight or not resubmittable. Each call reads
+// method, 409 for a record in flight or not resubmittable, with "code":
+// CodeOutcomeUnknown when only force would resubmit it. Each call reads
 // q under the request's context. Options it cannot use (Margin not below
 // Retention) make every request answer 500 with the reason.
 func Handler(q *queue.Queue, opts Options) http.Handler {
@@ -177,10 +178,20 @@ func statusOf(err error) int {
 // apiError is the body of every error answer.
 type apiError struct {
 	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
 }
 
+// CodeOutcomeUnknown is the "code" of the error answer to a resubmit
+// without force=true of a record whose outcome is unknown
+// (queue.ErrUnknownOutcome), for a client that acts on it, as idemq does.
+const CodeOutcomeUnknown = "outcome_unknown"
+
 func writeError(w http.ResponseWriter, status int, err error) {
-	writeJSON(w, status, apiError{err.Error()})
+	e := apiError{Error: err.Error()}
+	if errors.Is(err, queue.ErrUnknownOutcome) {
+		e.Code = CodeOutcomeUnknown
+	}
+	writeJSON(w, status, e)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -340,9 +351,13 @@ func (h *handler) resubmit(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	nid, err := Resubmit(r.Context(), h.q, id, r.URL.Query().Get("force") == "true")
-	if errors.Is(err, ErrUnknownOutcome) {
-		return nil, httpError{http.StatusConflict, fmt.Errorf("%d: %w, then pass force=true", id, err)}
+	resubmit := h.q.Resubmit // which refuses an unknown outcome itself, in the store's commit
+	if r.URL.Query().Get("force") == "true" {
+		resubmit = h.q.ForceResubmit
+	}
+	nid, err := resubmit(r.Context(), id)
+	if errors.Is(err, queue.ErrUnknownOutcome) {
+		return nil, httpError{http.StatusConflict, fmt.Errorf("%w, then pass force=true", err)}
 	}
 	if err != nil {
 		return nil, err

@@ -2,11 +2,9 @@ package queueweb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/queue"
 )
 
@@ -35,22 +33,4 @@ func Discard(ctx context.Context, q *queue.Queue, id queue.ID) (Discarded, error
 			id, rec.FirstSentAt.UTC().Format(time.RFC3339))
 	}
 	return out, nil
-}
-
-// ErrUnknownOutcome refuses to resubmit a record whose outcome is unknown
-// unless forced.
-var ErrUnknownOutcome = errors.New("outcome unknown: an attempt may have been applied, and a resubmit under a new key would apply it again; check with the server")
-
-// Resubmit resubmits record id of q (queue.Queue.Resubmit), as the
-// handler's resubmit route and idemq's resubmit do; a record whose outcome
-// is unknown only when force is set, ErrUnknownOutcome otherwise.
-func Resubmit(ctx context.Context, q *queue.Queue, id queue.ID, force bool) (queue.ID, error) {
-	rec, err := q.Get(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	if rec.Outcome == idem.Unknown && !force {
-		return 0, ErrUnknownOutcome
-	}
-	return q.Resubmit(ctx, id)
 }
