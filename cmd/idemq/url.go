@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/queue"
 	"github.com/idem-go/idem/queue/queueweb"
 	"github.com/idem-go/idem/redact"
