@@ -261,9 +261,13 @@ func (st *boltStore) recover() (err error) {
 // scan rebuilds the index from the records, checking each (checkRecord).
 // A record that fails is quarantined (see quarantined): settled as failed,
 // which takes it out of its lane, and kept in st.damaged for Run to
-// report. In-flight records return to pending (see orphaned).
+// report. In-flight records return to pending (see orphaned). The gone
+// ranges are checked against the records (see traceGone).
 func (st *boltStore) scan(b buckets, now time.Time) error {
-	var stale, damaged []*Record
+	var (
+		stale, damaged []*Record
+		kept           gaps
+	)
 	st.damaged = nil
 	c := b.records.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -271,6 +275,7 @@ func (st *boltStore) scan(b buckets, now time.Time) error {
 			return fmt.Errorf("%w: bad record key %x", ErrDamaged, k)
 		}
 		id := ID(binary.BigEndian.Uint64(k))
+		kept.next(id)
 		s, settledAt, laneName, err := checkRecord(v, id)
 		var r *Record
 		if err == nil && s == InFlight {
@@ -299,6 +304,9 @@ func (st *boltStore) scan(b buckets, now time.Time) error {
 	}
 	if st.opts.ReadOnly { // shown as stored: damaged records stay out of the index
 		return nil
+	}
+	if err := b.traceGone(&kept); err != nil {
+		return err
 	}
 	// Written after the scan: a cursor does not survive writes to its
 	// bucket.

@@ -164,7 +164,13 @@
 // beside it (path + ".damaged-" and the time), and a SalvageReport counts
 // what was recovered and what could not be read. Salvage never adds a
 // record nor changes one; a record found twice is copied once. (The idemq
-// command's salvage does the same.) With Options.SalvageDamaged, Open
+// command's salvage does the same.) The tree's copy of a record wins: the
+// older copies bbolt leaves on the pages it freed, and copies of records
+// since discarded or removed, never come back, pending or otherwise.
+// Removing a record leaves a trace in the file for that (its ID among the
+// file's gone ranges, bounded by the records kept), and only where the
+// tree lost pages does Salvage take a record from outside it: the newest
+// copy of one the tree does not hold and the trace does not name. With Options.SalvageDamaged, Open
 // salvages such a file itself, passes the report on, and opens the fresh
 // file: for a device with no operator.
 //

@@ -22,12 +22,20 @@ type SalvageReport struct {
 	// Unreadable counts the records found whose stored bytes do not decode
 	// (a checksum that fails, a newer version); they are not copied.
 	Unreadable int
-	// Orphans counts the records found in pages the tree no longer
-	// reaches (a damaged page id in a branch) and copied, as they are not
-	// in the tree.
+	// Orphans counts the records copied from pages outside the tree: pages
+	// the tree lost (a damaged page id in a branch), or that the tree
+	// reaches and the free list holds too. Each is the newest copy found
+	// of a record the tree does not hold, where the tree lost pages, and
+	// that the file's trace of removed records does not name (see
+	// Salvage).
 	Orphans int
-	// Duplicates counts the records found twice, under two keys or in two
-	// pages; the copy furthest on (settled, more attempts) is kept.
+	// Stale counts the records found on such pages and not copied: the
+	// tree holds a copy of them, or they were discarded or removed after
+	// KeepSettled, or nothing shows the tree lost them.
+	Stale int
+	// Duplicates counts the records found twice in the tree, under two
+	// keys or in two pages; the copy furthest on (settled, then in doubt,
+	// then the later attempt) is kept.
 	Duplicates int
 	// Problems describes the first structural problems found (see
 	// Salvage); empty for a sound file. NumProblems counts them all.
@@ -56,10 +64,18 @@ const keptSuffix = ".damaged-"
 // that does not decode is counted, not copied. A file whose structure is
 // sound is left as it was: a damaged record in it is Open's to quarantine.
 //
+// The tree's copy of a record is the current one. A file also holds older
+// copies, on the pages bbolt freed, and copies of records since discarded
+// or removed after KeepSettled; those never come back. Only where the tree
+// lost pages (a damaged branch, a page the free list holds too) does
+// Salvage copy records from pages outside the tree, and only those the
+// tree holds no copy of and the file's trace of removed records does not
+// name, the newest copy of each (SalvageReport.Orphans, Stale).
+//
 // Salvage never writes to the damaged file and never adds a record: it may
 // lose what the damage destroyed, and it copies the records as they were
 // stored, so one left in flight returns to pending at the next Open, as
-// after a crash. It takes the file's lock (Options.LockTimeout), so the
+// after a crash. The fresh file issues no ID again. It takes the file's lock (Options.LockTimeout), so the
 // queue must not be open; of Options only LockTimeout is read.
 func Salvage(path string, opts Options) (SalvageReport, error) {
 	opts.ReadOnly = false
@@ -90,8 +106,12 @@ func salvageLocked(path string, o Options) (SalvageReport, error) {
 // salvaged is what a salvage read.
 type salvaged struct {
 	rep     SalvageReport
-	records map[ID]salvagedRecord
-	hwm     int64 // the clock's mark, in nanoseconds
+	records map[ID]salvagedRecord // the tree's, then those admitted from outside it
+	inTree  map[ID]bool           // the IDs the tree holds, readable or not
+	outside map[ID]salvagedRecord // the furthest-on copy found outside the tree
+	gone    goneSet               // the gone ranges (see markGone)
+	seq     uint64                // the records bucket's sequence
+	hwm     int64                 // the clock's mark, in nanoseconds
 }
 
 type salvagedRecord struct {
@@ -114,10 +134,20 @@ func readSalvage(path string) (s *salvaged, err error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s: no valid bbolt meta page: nothing to salvage", ErrDamaged, path)
 	}
-	s = &salvaged{records: map[ID]salvagedRecord{}}
-	w.onRecord = func(k, v []byte) { s.record(w, k, v) }
+	s = &salvaged{records: map[ID]salvagedRecord{}, inTree: map[ID]bool{}, outside: map[ID]salvagedRecord{}}
+	w.onRecord = func(k, v []byte, inTree bool) {
+		if inTree {
+			s.record(w, k, v)
+		} else {
+			s.outsider(k, v)
+		}
+	}
 	var schema uint64
 	w.onMeta = func(k, v []byte) {
+		if r, ok := parseGone(k, v); ok {
+			s.gone = append(s.gone, r) // in key order, so sorted
+			return
+		}
 		switch {
 		case len(v) != 8:
 		case string(k) == string(metaHWM):
@@ -135,35 +165,29 @@ func readSalvage(path string) (s *salvaged, err error) {
 		s.rep.Problems, s.rep.NumProblems = w.issues, w.nIssues
 	}()
 	w.walk()
-	w.orphans(func(k, v []byte) {
-		if r, err := decodeRecord(v); err == nil && len(k) == 8 && ID(binary.BigEndian.Uint64(k)) == r.ID {
-			if _, ok := s.records[r.ID]; !ok { // the tree's copy is the current one
-				s.rep.Orphans++
-				s.records[r.ID] = salvagedRecord{r: r, data: v}
-			}
-		}
-	})
+	w.orphans(s.outsider)
+	s.admit(w)
 	if schema != schemaVersion && len(s.records)+s.rep.Unreadable > 0 {
 		w.problem("layout version %d, want %d", schema, schemaVersion) // Open refuses it
 	}
 	return s, nil
 }
 
-// record collects the record stored under key k as v.
+// record collects the record stored under key k as v, in the tree.
 func (s *salvaged) record(w *walker, k, v []byte) {
 	if len(k) != 8 {
 		w.problem("records: key %x is not an ID", k)
+	} else {
+		s.inTree[ID(binary.BigEndian.Uint64(k))] = true
 	}
 	r, err := decodeRecord(v)
 	if err != nil {
 		s.rep.Unreadable++
 		return
 	}
+	s.inTree[r.ID] = true
 	if len(k) == 8 && ID(binary.BigEndian.Uint64(k)) != r.ID {
 		w.problem("records: key %x holds record %d", k, r.ID) // the record's checksum covers its ID; the key's nothing
-	}
-	for _, t := range [...]time.Time{r.EnqueuedAt, r.LastAttemptAt, r.SettledAt} {
-		s.hwm = max(s.hwm, binenc.Nanos(t))
 	}
 	old, dup := s.records[r.ID]
 	if dup {
@@ -175,17 +199,76 @@ func (s *salvaged) record(w *walker, k, v []byte) {
 	s.records[r.ID] = salvagedRecord{r: r, data: v}
 }
 
+// outsider collects the record stored under key k as v on a page outside
+// the tree: a page the tree lost, or one both free and in the tree. Such a
+// copy may be older than the record's last, or of a record since removed;
+// only admit decides whether it is copied.
+func (s *salvaged) outsider(k, v []byte) {
+	r, err := decodeRecord(v)
+	if err != nil || len(k) != 8 || ID(binary.BigEndian.Uint64(k)) != r.ID {
+		return
+	}
+	if old, ok := s.outside[r.ID]; !ok || furtherOn(r, old.r) {
+		s.outside[r.ID] = salvagedRecord{r: r, data: v}
+	}
+}
+
+// admit adds to the records the copies found outside the tree that are
+// the newest evidence of a record: the tree holds no copy of it, readable
+// or not (the tree's is the newer); the tree lost pages where its ID
+// belongs; the gone ranges, read whole, do not name it (it was not
+// discarded nor swept); and it was issued (the records bucket's
+// sequence). Of several such copies the furthest on is taken. A copy that
+// fails any of these is counted Stale: with no trace of removals to go
+// by, none is admitted, since a record cut off the tree cannot be told from
+// one an operator discarded.
+func (s *salvaged) admit(w *walker) {
+	trace := w.whole(bucketMeta)
+	if rec := w.buckets[string(bucketRecords)]; rec != nil {
+		s.seq = rec.seq
+	}
+	for id, sr := range s.outside {
+		switch {
+		case s.inTree[id], !trace, s.gone.has(id), s.seq > 0 && uint64(id) > s.seq, !w.unsureAt(bucketRecords, idKey(id)):
+			s.rep.Stale++
+		default:
+			s.records[id] = sr
+			s.rep.Orphans++
+		}
+	}
+	for _, sr := range s.records {
+		for _, t := range [...]time.Time{sr.r.EnqueuedAt, sr.r.LastAttemptAt, sr.r.SettledAt} {
+			s.hwm = max(s.hwm, binenc.Nanos(t))
+		}
+	}
+}
+
 // furtherOn reports whether a is further on in its life than b, two copies
-// of one record: settled before unsettled, then more attempts, then a later
-// attempt.
+// of one record. Settled comes after unsettled; a settled record changes
+// only to note its Resubmit. An unsettled record's doubt is never cleared,
+// nor, but by the never-sent result of the lease that set it, its
+// FirstSentAt; then comes the later lease, and a lease's result after the
+// lease (pending after in flight). Where the clock went back the order of
+// leases is only as good as the clock, and the copy kept on a tie is the
+// one in doubt, which is the safe side.
 func furtherOn(a, b *Record) bool {
 	switch {
 	case a.State.Settled() != b.State.Settled():
 		return a.State.Settled()
-	case a.NumAttempts != b.NumAttempts:
-		return a.NumAttempts > b.NumAttempts
+	case a.State.Settled() && (a.ResubmittedAs != 0) != (b.ResubmittedAs != 0):
+		return a.ResubmittedAs != 0
+	case a.State.Settled():
+		return a.SettledAt.After(b.SettledAt)
+	case a.InDoubt != b.InDoubt:
+		return a.InDoubt
+	case a.FirstSentAt.IsZero() != b.FirstSentAt.IsZero():
+		return !a.FirstSentAt.IsZero()
+	case !a.LastAttemptAt.Equal(b.LastAttemptAt):
+		return a.LastAttemptAt.After(b.LastAttemptAt)
+	case a.State != b.State:
+		return a.State == Pending
 	}
-	return a.LastAttemptAt.After(b.LastAttemptAt)
+	return a.NumAttempts > b.NumAttempts
 }
 
 // write writes the records into a fresh file, then puts it in path's place
@@ -247,8 +330,9 @@ func keep(path, kept string) error {
 	return err
 }
 
-// fill writes the records, their supplied keys, the layout version and the
-// clock's mark into the new file at path, in one commit.
+// fill writes the records, their supplied keys, the layout version, the
+// clock's mark, the records' sequence and their gone ranges into the new
+// file at path, in one commit.
 func (s *salvaged) fill(path string, o Options) error {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, OpenFile: o.openFile})
 	if err != nil {
@@ -259,6 +343,14 @@ func (s *salvaged) fill(path string, o Options) error {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	// No ID is issued again: not a record's, nor a removed one's.
+	seq := s.seq
+	if n := len(ids); n > 0 {
+		seq = max(seq, uint64(ids[n-1]))
+	}
+	if n := len(s.gone); n > 0 {
+		seq = max(seq, uint64(s.gone[n-1].last))
+	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		b, err := open(tx)
 		if err != nil {
@@ -270,18 +362,23 @@ func (s *salvaged) fill(path string, o Options) error {
 		if err := putUint(b.meta, metaHWM, uint64(s.hwm)); err != nil {
 			return err
 		}
+		var kept gaps
 		for _, id := range ids {
 			sr := s.records[id]
 			if err := b.records.Put(idKey(id), sr.data); err != nil {
 				return err
 			}
+			kept.next(id)
 			if in := sr.r.Intent; in != nil && in.KeySupplied() {
 				if err := b.keys.Put([]byte(in.Key()), idKey(id)); err != nil {
 					return err
 				}
 			}
 		}
-		return nil
+		if err := b.records.SetSequence(seq); err != nil {
+			return err
+		}
+		return b.traceGone(&kept)
 	})
 	if cerr := db.Close(); err == nil {
 		err = cerr
