@@ -37,6 +37,12 @@ type SalvageReport struct {
 	// keys or in two pages; the copy furthest on (settled, then in doubt,
 	// then the later attempt) is kept.
 	Duplicates int
+	// LostCommits counts the commits the queue acknowledged that the file
+	// lacks: bbolt opens it as an earlier commit left it, because its
+	// newest meta page is damaged or it is an older copy (see the commit
+	// mark in the package doc). Salvage copies what the file holds, which
+	// accepts the loss.
+	LostCommits int
 	// Problems describes the first structural problems found (see
 	// Salvage); empty for a sound file. NumProblems counts them all.
 	Problems    []string
@@ -63,6 +69,9 @@ const keptSuffix = ".damaged-"
 // ".damaged-" and the time. A record found twice is copied once; a record
 // that does not decode is counted, not copied. A file whose structure is
 // sound is left as it was: a damaged record in it is Open's to quarantine.
+// A file that lacks commits the queue acknowledged (see the commit mark in
+// the package doc) is not sound: Salvage copies what it holds, which
+// accepts the loss (SalvageReport.LostCommits).
 //
 // The tree's copy of a record is the current one. A file also holds older
 // copies, on the pages bbolt freed, and copies of records since discarded
@@ -88,16 +97,16 @@ func Salvage(path string, opts Options) (SalvageReport, error) {
 		return SalvageReport{}, err
 	}
 	defer lf.Close()
-	return salvageLocked(path, o)
+	return salvageLocked(path, o, lf)
 }
 
-// salvageLocked is Salvage once the file's lock is held.
-func salvageLocked(path string, o Options) (SalvageReport, error) {
-	s, err := readSalvage(path)
+// salvageLocked is Salvage once the file's lock file lf is locked.
+func salvageLocked(path string, o Options, lf *os.File) (SalvageReport, error) {
+	s, err := readSalvage(path, lf)
 	if err != nil || s.rep.Sound() {
 		return s.rep, err
 	}
-	if err := s.write(path, o); err != nil {
+	if err := s.write(path, o, lf); err != nil {
 		return s.rep, err
 	}
 	return s.rep, nil
@@ -120,8 +129,8 @@ type salvagedRecord struct {
 }
 
 // readSalvage walks the file at path (see walker) and collects its
-// records.
-func readSalvage(path string) (s *salvaged, err error) {
+// records; lf is its lock file, which holds the commit mark.
+func readSalvage(path string, lf *os.File) (s *salvaged, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("queue: salvage: %w", err)
@@ -164,6 +173,10 @@ func readSalvage(path string) (s *salvaged, err error) {
 		}
 		s.rep.Problems, s.rep.NumProblems = w.issues, w.nIssues
 	}()
+	if n := lostCommits(lf, w.meta.txid); n > 0 {
+		s.rep.LostCommits = int(n)
+		w.problem("%d acknowledged commit%s lost: the file's last commit is %d, the queue acknowledged %d", n, plural(n), w.meta.txid, w.meta.txid+n)
+	}
 	w.walk()
 	w.orphans(s.outsider)
 	s.admit(w)
@@ -272,8 +285,9 @@ func furtherOn(a, b *Record) bool {
 }
 
 // write writes the records into a fresh file, then puts it in path's place
-// and keeps the damaged file beside it.
-func (s *salvaged) write(path string, o Options) error {
+// and keeps the damaged file beside it; lf is the lock file, whose commit
+// mark it resets for the fresh file.
+func (s *salvaged) write(path string, o Options, lf *os.File) error {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".salvage-*")
 	if err != nil {
 		return fmt.Errorf("queue: salvage: %w", err)
@@ -291,6 +305,11 @@ func (s *salvaged) write(path string, o Options) error {
 	if err := keep(path, kept); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("queue: salvage: keep the damaged file: %w", err)
+	}
+	if err := resetMark(lf); err != nil {
+		os.Remove(tmp)
+		os.Remove(kept)
+		return fmt.Errorf("queue: salvage: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
