@@ -218,12 +218,7 @@ func TestCommitMarkNoFalseAlarm(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "q.db")
-			q := reopen(t, path, Options{})
-			for i := range 20 {
-				_, err := q.Enqueue(context.Background(), post(t, url, i))
-				require.NoError(t, err)
-			}
-			require.NoError(t, q.Close())
+			fillQueue(t, path, 20)
 			tt.do(t, path)
 			q, err := Open(path, Options{LockTimeout: time.Second})
 			require.NoError(t, err)
@@ -236,16 +231,11 @@ func TestCommitMarkNoFalseAlarm(t *testing.T) {
 // the loss itself, as a device with no operator must, and reports it.
 func TestOpenSalvagesLostCommits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
-	q := reopen(t, path, Options{})
-	for i := range 3 {
-		_, err := q.Enqueue(context.Background(), post(t, url, i))
-		require.NoError(t, err)
-	}
-	require.NoError(t, q.Close())
+	fillQueue(t, path, 3)
 	flipNewestMeta(t, path)
 
 	var reports []SalvageReport
-	q = reopen(t, path, Options{SalvageDamaged: func(r SalvageReport) { reports = append(reports, r) }})
+	q := reopen(t, path, Options{SalvageDamaged: func(r SalvageReport) { reports = append(reports, r) }})
 	require.Len(t, reports, 1)
 	assert.Equal(t, 1, reports[0].LostCommits)
 	c, err := q.Counts(context.Background())

@@ -122,16 +122,7 @@ type regions struct {
 // freeRegions finds the regions of file, a sound queue file.
 func freeRegions(t *testing.T, file []byte) regions {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "walk.db")
-	require.NoError(t, os.WriteFile(path, file, 0o600))
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	w, ok, err := newWalker(f)
-	require.NoError(t, err)
-	require.True(t, ok)
-	w.walk()
-	require.Zero(t, w.nIssues, "%v", w.issues)
+	w := walkSound(t, file)
 	require.NotEmpty(t, w.free, "the history left freed pages")
 	var r regions
 	ps := int64(w.meta.pageSize)

@@ -193,11 +193,12 @@ func (w *walker) bucket(name, v []byte, visit func(k, v []byte)) {
 		w.problem("bucket %q: header of %d bytes", name, len(v))
 		return
 	}
-	if w.buckets[string(name)] != nil {
-		return // keys are checked unique; a damaged page may still repeat one
+	b := w.buckets[string(name)] // found twice only in a damaged page, whose keys are out of order
+	if b == nil {
+		b = &bucketWalk{name: name}
+		w.buckets[string(name)] = b
 	}
-	b := &bucketWalk{name: name, seq: binary.NativeEndian.Uint64(v[8:])}
-	w.buckets[string(name)] = b
+	b.seq = max(b.seq, binary.NativeEndian.Uint64(v[8:]))
 	in, lo, hi := w.in, w.lo, w.hi
 	w.in, w.lo, w.hi = b, nil, nil
 	defer func() { w.in, w.lo, w.hi = in, lo, hi }()
