@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem"
 )
@@ -271,4 +272,54 @@ func compareTruth(h history, got map[ID][]byte) (resurrected, changed, lost int)
 		}
 	}
 	return resurrected, changed, lost
+}
+
+// TestSalvageWithoutTrace: in a file from before the gone ranges, a record
+// the damage cut off the tree cannot be told from one discarded, so
+// Salvage takes nothing from outside the tree: it loses what the damage
+// cut off, and brings back nothing removed.
+func TestSalvageWithoutTrace(t *testing.T) {
+	dir := t.TempDir()
+	h := buildHistory(t, filepath.Join(dir, "history.db"), 600)
+	regs := freeRegions(t, h.file)
+	// As a build from before the ranges leaves it: none, and no key
+	// saying they are kept.
+	path := filepath.Join(dir, "old.db")
+	require.NoError(t, os.WriteFile(path, h.file, 0o600))
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		b, err := open(tx)
+		require.NoError(t, err)
+		for _, r := range b.goneRanges() {
+			require.NoError(t, b.meta.Delete(goneKey(r.first)))
+		}
+		return b.meta.Delete(metaGoneKept)
+	}))
+	require.NoError(t, db.Close())
+	old, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, len(h.file), len(old), "the same pages")
+
+	rnd := rand.New(rand.NewPCG(1, 1))
+	var salvaged, orphans, resurrected, changed int
+	for i := range 20 {
+		d, what := damageFree(rnd, old, regs, 2)
+		require.NoError(t, os.WriteFile(path, d, 0o600))
+		rep, err := Salvage(path, Options{})
+		require.NoError(t, err, what)
+		if rep.Sound() {
+			continue
+		}
+		salvaged++
+		orphans += rep.Orphans
+		res, chg, _ := compareTruth(h, storedRecords(t, path))
+		resurrected, changed = resurrected+res, changed+chg
+		require.NoError(t, os.Remove(rep.Kept))
+		t.Logf("case %d (%s): %d stale", i, what, rep.Stale)
+	}
+	require.Positive(t, salvaged)
+	assert.Zero(t, orphans, "records taken from outside the tree")
+	assert.Zero(t, resurrected)
+	assert.Zero(t, changed)
 }

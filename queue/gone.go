@@ -23,11 +23,17 @@ import (
 // bounded by the queue's limits and KeepSettled as the records are, and
 // need no sweep of their own. Open checks them against the records and
 // rewrites them when they disagree (traceGone): a file from before them,
-// or written by a build that removed records without a trace.
+// or written by a build that removed records without a trace. A key says
+// the file keeps them, since a file from before them, never opened since,
+// has none, which must not read as nothing removed: Salvage then takes
+// nothing from outside the tree.
 
 // metaGone prefixes the gone ranges' keys in the meta bucket. A build that
 // knows nothing of them reads past them.
 var metaGone = []byte("gone")
+
+// metaGoneKept, in the meta bucket, says the file keeps the gone ranges.
+var metaGoneKept = []byte("kept:gone")
 
 // idRange is a range of IDs, first and last included.
 type idRange struct{ first, last ID }
@@ -118,6 +124,11 @@ func (g *gaps) upTo(seq uint64) []idRange {
 func (b buckets) traceGone(g *gaps) error {
 	if seq := b.records.Sequence(); uint64(g.prev) > seq {
 		if err := b.records.SetSequence(uint64(g.prev)); err != nil {
+			return err
+		}
+	}
+	if b.meta.Get(metaGoneKept) == nil {
+		if err := putUint(b.meta, metaGoneKept, 1); err != nil {
 			return err
 		}
 	}

@@ -114,13 +114,14 @@ func salvageLocked(path string, o Options, lf *os.File) (SalvageReport, error) {
 
 // salvaged is what a salvage read.
 type salvaged struct {
-	rep     SalvageReport
-	records map[ID]salvagedRecord // the tree's, then those admitted from outside it
-	inTree  map[ID]bool           // the IDs the tree holds, readable or not
-	outside map[ID]salvagedRecord // the furthest-on copy found outside the tree
-	gone    goneSet               // the gone ranges (see markGone)
-	seq     uint64                // the records bucket's sequence
-	hwm     int64                 // the clock's mark, in nanoseconds
+	rep      SalvageReport
+	records  map[ID]salvagedRecord // the tree's, then those admitted from outside it
+	inTree   map[ID]bool           // the IDs the tree holds, readable or not
+	outside  map[ID]salvagedRecord // the furthest-on copy found outside the tree
+	gone     goneSet               // the gone ranges (see markGone)
+	goneKept bool                  // the file keeps them
+	seq      uint64                // the records bucket's sequence
+	hwm      int64                 // the clock's mark, in nanoseconds
 }
 
 type salvagedRecord struct {
@@ -159,6 +160,8 @@ func readSalvage(path string, lf *os.File) (s *salvaged, err error) {
 		}
 		switch {
 		case len(v) != 8:
+		case string(k) == string(metaGoneKept):
+			s.goneKept = true
 		case string(k) == string(metaHWM):
 			s.hwm = max(s.hwm, int64(binary.BigEndian.Uint64(v)))
 		case string(k) == string(metaSchema):
@@ -229,14 +232,14 @@ func (s *salvaged) outsider(k, v []byte) {
 // admit adds to the records the copies found outside the tree that are
 // the newest evidence of a record: the tree holds no copy of it, readable
 // or not (the tree's is the newer); the tree lost pages where its ID
-// belongs; the gone ranges, read whole, do not name it (it was not
-// discarded nor swept); and it was issued (the records bucket's
-// sequence). Of several such copies the furthest on is taken. A copy that
+// belongs; the gone ranges, kept by the file and read whole, do not name
+// it (it was not discarded nor swept); and it was issued (the records
+// bucket's sequence). Of several such copies the furthest on is taken. A copy that
 // fails any of these is counted Stale: with no trace of removals to go
 // by, none is admitted, since a record cut off the tree cannot be told from
 // one an operator discarded.
 func (s *salvaged) admit(w *walker) {
-	trace := w.whole(bucketMeta)
+	trace := s.goneKept && w.whole(bucketMeta)
 	if rec := w.buckets[string(bucketRecords)]; rec != nil {
 		s.seq = rec.seq
 	}
