@@ -59,12 +59,25 @@ func openBolt(path string, o Options, lf *os.File) (*boltStore, error) {
 		if err := checkStructure(path); err != nil {
 			return nil, err
 		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+			// A new file: a mark left by one removed is not its own.
+			if err := resetMark(lf); err != nil {
+				return nil, err
+			}
+		}
 	}
 	db, err := openDB(path, o)
 	if err != nil {
 		return nil, err
 	}
 	st := &boltStore{db: db, lock: lf, path: path, opts: o}
+	st.commits.committed = st.marked
+	if !o.ReadOnly {
+		if err := st.checkMark(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	if err := st.recover(); err != nil {
 		db.Close()
 		return nil, err
@@ -111,14 +124,35 @@ func openDB(path string, o Options) (db *bolt.DB, err error) {
 }
 
 // Close waits for the operations under way, then closes the file and lets
-// go of its lock.
+// go of its lock, having synced the commit mark (see writeMark).
 func (st *boltStore) Close() error {
 	st.life.Lock()
 	defer st.life.Unlock()
 	st.closed = true
 	err := st.db.Close()
+	if !st.opts.ReadOnly {
+		_ = st.lock.Sync() // a mark left behind is harmless
+	}
 	st.lock.Close() // after the file: the next opener may have it
 	return err
+}
+
+// marked writes txid, a commit that succeeded, as the commit mark.
+func (st *boltStore) marked(txid uint64) {
+	_ = writeMark(st.lock, txid) // a mark left behind is harmless
+}
+
+// checkMark refuses a file that lacks commits that returned (see
+// writeMark), before anything writes to it.
+func (st *boltStore) checkMark() error {
+	var txid uint64
+	if err := st.view(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil }); err != nil {
+		return err
+	}
+	if n := lostCommits(st.lock, txid); n > 0 {
+		return lostError(st.path, n, txid)
+	}
+	return nil
 }
 
 // guard runs fn unless the store is closed, and keeps close waiting until fn
@@ -220,7 +254,9 @@ func (st *boltStore) recover() (err error) {
 	if st.opts.ReadOnly {
 		txn = st.db.View
 	}
+	var txid int
 	err = txn(func(tx *bolt.Tx) error {
+		txid = tx.ID()
 		st.idx = index{lanes: map[string]*lane{}}
 		b, err := open(tx)
 		if err != nil {
@@ -250,6 +286,7 @@ func (st *boltStore) recover() (err error) {
 	if st.opts.ReadOnly {
 		return nil
 	}
+	st.marked(uint64(txid))
 	for _, l := range st.idx.lanes {
 		l.nextAt = now
 		st.ready.push(l)
@@ -261,9 +298,13 @@ func (st *boltStore) recover() (err error) {
 // scan rebuilds the index from the records, checking each (checkRecord).
 // A record that fails is quarantined (see quarantined): settled as failed,
 // which takes it out of its lane, and kept in st.damaged for Run to
-// report. In-flight records return to pending (see orphaned).
+// report. In-flight records return to pending (see orphaned). The gone
+// ranges are checked against the records (see traceGone).
 func (st *boltStore) scan(b buckets, now time.Time) error {
-	var stale, damaged []*Record
+	var (
+		stale, damaged []*Record
+		kept           gaps
+	)
 	st.damaged = nil
 	c := b.records.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -271,6 +312,7 @@ func (st *boltStore) scan(b buckets, now time.Time) error {
 			return fmt.Errorf("%w: bad record key %x", ErrDamaged, k)
 		}
 		id := ID(binary.BigEndian.Uint64(k))
+		kept.next(id)
 		s, settledAt, laneName, err := checkRecord(v, id)
 		var r *Record
 		if err == nil && s == InFlight {
@@ -299,6 +341,9 @@ func (st *boltStore) scan(b buckets, now time.Time) error {
 	}
 	if st.opts.ReadOnly { // shown as stored: damaged records stay out of the index
 		return nil
+	}
+	if err := b.traceGone(&kept); err != nil {
+		return err
 	}
 	// Written after the scan: a cursor does not survive writes to its
 	// bucket.

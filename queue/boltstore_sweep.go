@@ -140,8 +140,10 @@ func (st *boltStore) compact() error {
 		return fmt.Errorf("queue: compact: %w", err)
 	}
 	// bbolt's lock on the file is let go until openDB: the lock file keeps
-	// other openers out meanwhile.
-	if err := os.Rename(tmp, st.path); err != nil {
+	// other openers out meanwhile. The copy starts its transaction IDs
+	// again, so the commit mark is reset before it takes the path; a reset
+	// whose file stays is merely behind.
+	if err := resetMark(st.lock); err != nil || os.Rename(tmp, st.path) != nil {
 		os.Remove(tmp)
 		db, oerr := openDB(st.path, st.opts)
 		if oerr != nil {

@@ -15,6 +15,10 @@ import (
 // company. (bolt.DB.Batch waits MaxBatchDelay for company instead, which
 // splits the commits of producers that arrive a little apart.)
 type group struct {
+	// committed, if not nil, is told the transaction ID of each commit
+	// that succeeded, before its writers are (see writeMark).
+	committed func(txid uint64)
+
 	mu     sync.Mutex
 	busy   bool             // a commit is under way
 	queued []*pendingCommit // the writers waiting for the next one
@@ -50,7 +54,7 @@ func (g *group) do(db *bolt.DB, fn func(*bolt.Tx) error) error {
 	g.queued = nil
 	g.mu.Unlock()
 
-	commitAll(db, calls)
+	g.commitAll(db, calls)
 
 	g.mu.Lock()
 	if len(g.queued) > 0 {
@@ -69,10 +73,10 @@ func (g *group) do(db *bolt.DB, fn func(*bolt.Tx) error) error {
 
 // commitAll runs calls in one transaction and sets their errors; a call
 // whose fn fails is run alone, and the rest together again.
-func commitAll(db *bolt.DB, calls []*pendingCommit) {
+func (g *group) commitAll(db *bolt.DB, calls []*pendingCommit) {
 	for len(calls) > 0 {
 		failed := -1
-		err := update(db, func(tx *bolt.Tx) error {
+		err := g.update(db, func(tx *bolt.Tx) error {
 			for i, c := range calls {
 				if err := safely(c.fn, tx); err != nil {
 					failed = i
@@ -92,9 +96,22 @@ func commitAll(db *bolt.DB, calls []*pendingCommit) {
 			c.err = err
 			return
 		}
-		c.err = update(db, func(tx *bolt.Tx) error { return safely(c.fn, tx) })
+		c.err = g.update(db, func(tx *bolt.Tx) error { return safely(c.fn, tx) })
 		calls = append(calls[:failed:failed], calls[failed+1:]...)
 	}
+}
+
+// update is update, telling committed of a commit that succeeded.
+func (g *group) update(db *bolt.DB, fn func(*bolt.Tx) error) error {
+	var txid int
+	err := update(db, func(tx *bolt.Tx) error {
+		txid = tx.ID()
+		return fn(tx)
+	})
+	if err == nil && g.committed != nil {
+		g.committed(uint64(txid))
+	}
+	return err
 }
 
 // safely calls fn, turning a panic into an error so that one writer's

@@ -44,7 +44,7 @@ func checkStructure(path string) error {
 	if err != nil || !ok {
 		return nil
 	}
-	w.onRecord = func(k, v []byte) {
+	w.onRecord = func(k, v []byte, _ bool) {
 		if len(k) != 8 {
 			w.problem("records: key %x is not an ID", k)
 			return

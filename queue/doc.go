@@ -91,7 +91,8 @@
 //
 //   - An intent Enqueue accepted is in the file; it is settled or still
 //     there after any crash, kill or power loss that leaves the disk honest
-//     about fsync.
+//     about fsync. A file that lost a commit the queue acknowledged is
+//     refused, never opened as if nothing happened (see Damage).
 //   - Every attempt of a record presents the intent's key; a record is sent
 //     again after a crash (at-least-once delivery), which the key makes
 //     exactly-once at a server that implements the protocol.
@@ -171,9 +172,29 @@
 // beside it (path + ".damaged-" and the time), and a SalvageReport counts
 // what was recovered and what could not be read. Salvage never adds a
 // record nor changes one; a record found twice is copied once. (The idemq
-// command's salvage does the same.) With Options.SalvageDamaged, Open
+// command's salvage does the same.) The tree's copy of a record wins: the
+// older copies bbolt leaves on the pages it freed, and copies of records
+// since discarded or removed, never come back, pending or otherwise.
+// Removing a record leaves a trace in the file for that (its ID among the
+// file's gone ranges, bounded by the records kept), and only where the
+// tree lost pages does Salvage take a record from outside it: the newest
+// copy of one the tree does not hold and the trace does not name. With Options.SalvageDamaged, Open
 // salvages such a file itself, passes the report on, and opens the fresh
 // file: for a device with no operator.
+//
+// bbolt keeps two meta pages and, when the newer one fails its checksum,
+// opens the file as the commit before left it, without a word. After a
+// power cut that tore the last commit's meta page that is right (that
+// commit never returned), but after a commit that returned it loses an
+// acknowledged Enqueue, sends a record already done again, or brings a
+// discarded one back. So the queue keeps a mark of the last commit that
+// returned outside the file, in its lock file (written after each commit,
+// unsynced, so a power cut can leave it behind the file, never ahead), and
+// Open refuses a file that lacks commits the mark shows acknowledged, with
+// ErrDamaged naming how many; it opens ReadOnly, and Salvage (or
+// Options.SalvageDamaged) copies what it holds and so accepts the loss
+// (SalvageReport.LostCommits). A lock file removed takes the mark with it,
+// and the check with it until the next commit.
 //
 // No panic from bbolt reaches the application: a panic reading a record,
 // or inside bbolt's own commit, becomes ErrDamaged, and from then on the

@@ -41,7 +41,8 @@ var (
 	// ForceResubmit and ResetClock on a Queue opened with Options.ReadOnly.
 	ErrReadOnly = errors.New("queue: opened read-only")
 	// ErrDamaged is returned by Open, and by reads, when the file or a
-	// record in it is damaged. Open never writes to a file it cannot read;
+	// record in it is damaged, or the file lacks commits the queue
+	// acknowledged. Open never writes to a file it cannot read;
 	// a damaged record in a readable file it quarantines instead (see
 	// Record.Damaged).
 	ErrDamaged = errors.New("queue: file damaged")

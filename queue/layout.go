@@ -18,7 +18,8 @@ var (
 	// bucketKeys maps a supplied idempotency key to its record's ID. A
 	// generated key is new by construction and needs no entry.
 	bucketKeys = []byte("keys")
-	// bucketMeta holds the layout version and the clock's high-water mark.
+	// bucketMeta holds the layout version, the clock's high-water mark and
+	// the gone ranges (see markGone).
 	bucketMeta = []byte("meta")
 )
 
@@ -132,10 +133,14 @@ func (b buckets) replace(r *Record, want State) (oldSize, newSize int, ok bool, 
 	return oldSize, newSize, err == nil, err
 }
 
-// remove deletes r and its key. A damaged record without intent leaves its
-// key's entry, if it had one, pointing nowhere, which sameKey takes as free.
+// remove deletes r and its key, and leaves the trace of a removed record
+// (see markGone). A damaged record without intent leaves its key's entry,
+// if it had one, pointing nowhere, which sameKey takes as free.
 func (b buckets) remove(r *Record) error {
 	if err := b.records.Delete(idKey(r.ID)); err != nil {
+		return err
+	}
+	if err := b.markGone(r.ID); err != nil {
 		return err
 	}
 	if r.Intent == nil {

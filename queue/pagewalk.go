@@ -13,7 +13,10 @@ import (
 // panic nor a fault. Open walks the file to judge its structure before
 // anything writes to it; Salvage walks it to recover its records. The walk
 // follows the tree from the meta page bbolt would use, so pages bbolt freed,
-// which may hold older versions of records, are never read as records.
+// which may hold older versions of records, are never read as records: a
+// page the tree reaches that the free list holds too is read as a page
+// outside the tree (see tree), whose records Salvage weighs against the
+// tree's and the file's trace of removed records (see markGone).
 
 // bbolt's page layout (go.etcd.io/bbolt 1.x, machine byte order): a 16-byte
 // header (id, flags, count, overflow), then 16-byte elements.
@@ -34,18 +37,71 @@ type walker struct {
 	size     int64
 	meta     boltMeta
 	seen     map[uint64]bool
-	free     map[uint64]bool // nil until the free list is read whole
+	free     map[uint64]bool // nil unless the free list was read whole
 	issues   []string        // structural problems, the first maxWalkIssues
 	nIssues  int
-	onRecord func(key, value []byte) // each element of the records bucket
-	onMeta   func(key, value []byte) // each element of the meta bucket
+	buckets  map[string]*bucketWalk               // the buckets found
+	onRecord func(key, value []byte, inTree bool) // each element of the records bucket
+	onMeta   func(key, value []byte)              // each element of the meta bucket
+
+	// Where the walk is: in which bucket (nil in the root), in which key
+	// range of it, and whether under a page the free list holds too.
+	in     *bucketWalk
+	lo, hi []byte
+	onFree bool
 }
 
-// problem notes a structural problem.
+// bucketWalk is what the walk found of one bucket.
+type bucketWalk struct {
+	name   []byte
+	seq    uint64 // the bucket's sequence
+	issues int    // problems found in its pages
+	// unsure holds the key ranges of its pages where a problem was found:
+	// records there may be missing from the tree, or older than they read.
+	unsure []keyRange
+}
+
+// keyRange is a range of keys, lo included, hi not; nil is unbounded.
+type keyRange struct{ lo, hi []byte }
+
+// isUnsure reports whether key lies in a range the walk could not vouch
+// for.
+func (b *bucketWalk) isUnsure(key []byte) bool {
+	for _, r := range b.unsure {
+		if (r.lo == nil || bytes.Compare(key, r.lo) >= 0) && (r.hi == nil || bytes.Compare(key, r.hi) < 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// unsureAt reports whether key, in the bucket called name, lies where the
+// walk could not vouch for the tree: in a range with a problem, or
+// anywhere in a bucket it did not find.
+func (w *walker) unsureAt(name, key []byte) bool {
+	b := w.buckets[string(name)]
+	return b == nil || b.isUnsure(key)
+}
+
+// whole reports whether the walk found the bucket called name without a
+// problem in its pages.
+func (w *walker) whole(name []byte) bool {
+	b := w.buckets[string(name)]
+	return b != nil && b.issues == 0
+}
+
+// problem notes a structural problem, in the bucket and key range the
+// walk is in.
 func (w *walker) problem(format string, args ...any) {
 	w.nIssues++
 	if len(w.issues) < maxWalkIssues {
 		w.issues = append(w.issues, fmt.Sprintf(format, args...))
+	}
+	if b := w.in; b != nil {
+		b.issues++
+		if n := len(b.unsure); n == 0 || !bytes.Equal(b.unsure[n-1].lo, w.lo) || !bytes.Equal(b.unsure[n-1].hi, w.hi) {
+			b.unsure = append(b.unsure, keyRange{w.lo, w.hi})
+		}
 	}
 }
 
@@ -57,7 +113,7 @@ func newWalker(f *os.File) (*walker, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	w := &walker{f: f, size: fi.Size(), seen: map[uint64]bool{}}
+	w := &walker{f: f, size: fi.Size(), seen: map[uint64]bool{}, buckets: map[string]*bucketWalk{}}
 	best, _, ok := currentMeta(f)
 	w.meta = best
 	if ok && (best.pageSize < 512 || best.pageSize > 1<<16) {
@@ -100,10 +156,12 @@ func (w *walker) page(id uint64) []byte {
 	return all
 }
 
-// walk walks the whole tree: the root bucket and the buckets in it.
+// walk walks the whole tree: the root bucket and the buckets in it. It
+// reads the free list first, to know the pages the tree must not reach.
 func (w *walker) walk() {
 	w.seen[0], w.seen[1] = true, true
-	w.tree(w.meta.root, nil, nil, nil, func(k, v []byte, flags uint32) {
+	w.freelist()
+	w.tree(w.meta.root, nil, nil, func(k, v []byte, flags uint32) {
 		if flags&bucketElem == 0 {
 			w.problem("root: key %q is not a bucket", k)
 			return
@@ -111,7 +169,11 @@ func (w *walker) walk() {
 		var visit func(k, v []byte)
 		switch {
 		case bytes.Equal(k, bucketRecords):
-			visit = w.onRecord
+			visit = func(k, v []byte) {
+				if w.onRecord != nil {
+					w.onRecord(k, v, !w.onFree)
+				}
+			}
 		case bytes.Equal(k, bucketMeta):
 			visit = w.onMeta
 		case bytes.Equal(k, bucketKeys):
@@ -121,7 +183,7 @@ func (w *walker) walk() {
 		}
 		w.bucket(k, v, visit)
 	})
-	w.freelist()
+	w.unaccounted()
 }
 
 // bucket walks the bucket called name whose value is v, calling visit, if
@@ -130,6 +192,20 @@ func (w *walker) bucket(name, v []byte, visit func(k, v []byte)) {
 	if len(v) < bucketHeader {
 		w.problem("bucket %q: header of %d bytes", name, len(v))
 		return
+	}
+	b := w.buckets[string(name)] // found twice only in a damaged page, whose keys are out of order
+	if b == nil {
+		b = &bucketWalk{name: name}
+		w.buckets[string(name)] = b
+	}
+	b.seq = max(b.seq, binary.NativeEndian.Uint64(v[8:]))
+	in, lo, hi := w.in, w.lo, w.hi
+	w.in, w.lo, w.hi = b, nil, nil
+	defer func() { w.in, w.lo, w.hi = in, lo, hi }()
+	if w.onFree {
+		// Found on a page the free list holds too: the whole bucket is in
+		// doubt.
+		w.problem("bucket %q: found on a free page", name)
 	}
 	leaf := func(k, val []byte, flags uint32) {
 		if flags&bucketElem != 0 {
@@ -141,20 +217,39 @@ func (w *walker) bucket(name, v []byte, visit func(k, v []byte)) {
 		}
 	}
 	if root := binary.NativeEndian.Uint64(v); root != 0 {
-		w.tree(root, nil, nil, name, leaf)
+		w.tree(root, nil, nil, leaf)
 		return
 	}
-	w.elements(v[bucketHeader:], 0, nil, nil, name, leaf) // inline
+	w.elements(v[bucketHeader:], 0, nil, nil, leaf) // inline
 }
 
 // tree walks the subtree at page id, whose keys must lie in [lo, hi) (nil:
 // unbounded), calling leaf for each leaf element.
-func (w *walker) tree(id uint64, lo, hi, name []byte, leaf func(k, v []byte, flags uint32)) {
+//
+// A page the free list holds too is read, but as a page outside the tree
+// (w.onFree): either the free list is damaged and the page is the tree's,
+// or a branch is and the page holds what a commit freed, older copies of
+// records. Which, the pages cannot tell; Salvage weighs each record found
+// there against its other copies. The root page is the one exception: the
+// meta page that names it has a checksum. Below such a page the walk goes
+// on into free pages only: a page in use is left for the branch of the
+// tree that holds it, or, if none does, for orphans.
+func (w *walker) tree(id uint64, lo, hi []byte, leaf func(k, v []byte, flags uint32)) {
+	if w.onFree && !w.free[id] {
+		return
+	}
+	outerLo, outerHi, onFree := w.lo, w.hi, w.onFree
+	w.lo, w.hi = lo, hi
+	defer func() { w.lo, w.hi, w.onFree = outerLo, outerHi, onFree }()
 	if w.seen[id] {
 		w.problem("page %d: reached twice", id)
 		return
 	}
 	w.seen[id] = true
+	if w.free[id] {
+		w.problem("page %d: free and in use", id)
+		w.onFree = w.onFree || id != w.meta.root
+	}
 	p := w.page(id)
 	if p == nil {
 		return
@@ -162,13 +257,13 @@ func (w *walker) tree(id uint64, lo, hi, name []byte, leaf func(k, v []byte, fla
 	for i := uint64(1); i < uint64(len(p))/uint64(w.meta.pageSize); i++ { // the overflow read
 		w.seen[id+i] = true
 	}
-	w.elements(p, id, lo, hi, name, leaf)
+	w.elements(p, id, lo, hi, leaf)
 }
 
 // elements walks the elements of page p (id 0 for an inline page).
-func (w *walker) elements(p []byte, id uint64, lo, hi, name []byte, leaf func(k, v []byte, flags uint32)) {
+func (w *walker) elements(p []byte, id uint64, lo, hi []byte, leaf func(k, v []byte, flags uint32)) {
 	if len(p) < pageHeader {
-		w.problem("bucket %q: inline page of %d bytes", name, len(p))
+		w.problem("inline page of %d bytes", len(p))
 		return
 	}
 	flags := binary.NativeEndian.Uint16(p[8:])
@@ -220,19 +315,20 @@ func (w *walker) elements(p []byte, id uint64, lo, hi, name []byte, leaf func(k,
 		} else {
 			next = hi
 		}
-		w.tree(binary.NativeEndian.Uint64(e[8:]), key, next, name, leaf)
+		w.tree(binary.NativeEndian.Uint64(e[8:]), key, next, leaf)
 	}
 }
 
 // orphans calls leaf for each element of the leaf pages neither in the tree
 // nor free: a damaged page id in a branch loses its child from the tree,
-// and here it is found again. Free pages are never read (they may hold
-// older versions of records), so it reads nothing unless the free list was
-// read whole.
+// and here it is found again, as may a page that a damaged free list
+// entry lost, which holds older copies. Free pages are never read, so it
+// reads nothing unless the free list was read whole.
 func (w *walker) orphans(leaf func(k, v []byte)) {
 	if w.free == nil {
 		return
 	}
+	w.in, w.lo, w.hi = nil, nil, nil
 	for id := uint64(2); id < w.meta.pages; id++ {
 		if w.seen[id] || w.free[id] {
 			continue
@@ -246,7 +342,7 @@ func (w *walker) orphans(leaf func(k, v []byte)) {
 			continue
 		}
 		w.seen[id] = true
-		w.elements(p, id, nil, nil, nil, func(k, v []byte, flags uint32) {
+		w.elements(p, id, nil, nil, func(k, v []byte, flags uint32) {
 			if flags == 0 {
 				leaf(k, v)
 			}
@@ -262,8 +358,8 @@ func slice(p []byte, at, n int) ([]byte, bool) {
 	return p[at : at+n], true
 }
 
-// freelist checks the free list against the tree: a page both free and in
-// use is one a later commit frees twice, and a page neither is lost.
+// freelist reads the free list, before the tree is walked: the tree must
+// reach none of its pages (see tree).
 func (w *walker) freelist() {
 	if w.meta.freelist == ^uint64(0) { // not synced: bbolt rebuilds it
 		return
@@ -306,8 +402,13 @@ func (w *walker) freelist() {
 		free[id] = true
 	}
 	w.free = free
-	for id := uint64(2); id < w.meta.pages && w.nIssues == 0; id++ {
-		if !w.seen[id] && !free[id] {
+}
+
+// unaccounted checks, after the walk, that every page is in the tree or
+// free: a page neither is lost.
+func (w *walker) unaccounted() {
+	for id := uint64(2); id < w.meta.pages && w.nIssues == 0 && w.free != nil; id++ {
+		if !w.seen[id] && !w.free[id] {
 			w.problem("page %d: neither in use nor free", id)
 		}
 	}

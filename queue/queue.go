@@ -126,9 +126,9 @@ type Options struct {
 	// record. A store of one process has no remote events.
 	NotifyRemote bool
 	// SalvageDamaged, if not nil, makes Open recover a file whose structure
-	// is damaged instead of refusing it with ErrDamaged: Open salvages it
-	// (see Salvage), calls SalvageDamaged with the report, and opens the
-	// fresh file. The damaged file is kept beside it. Nil means Open
+	// is damaged, or that lacks commits the queue acknowledged, instead of
+	// refusing it with ErrDamaged: Open salvages it (see Salvage), calls
+	// SalvageDamaged with the report, and opens the fresh file. The damaged file is kept beside it. Nil means Open
 	// refuses the file and leaves it as it is. Not read with ReadOnly.
 	SalvageDamaged func(SalvageReport)
 	// Tracer, if not nil, links the drain of each record to the code that
@@ -305,7 +305,7 @@ func Open(path string, opts Options) (*Queue, error) {
 func openLocked(path string, o Options, lf *os.File) (*Queue, error) {
 	st, err := openBolt(path, o, lf)
 	if errors.Is(err, ErrDamaged) && o.SalvageDamaged != nil && !o.ReadOnly {
-		rep, serr := salvageLocked(path, o)
+		rep, serr := salvageLocked(path, o, lf)
 		if serr != nil || rep.Sound() {
 			return nil, err // nothing salvage can mend: as it was
 		}

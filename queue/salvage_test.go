@@ -62,9 +62,8 @@ func storedRecords(t *testing.T, path string) map[ID][]byte {
 	return out
 }
 
-// keyOffsets returns where in file, a sound queue file, the key of each
-// record sits in a page of the tree (not a freed page).
-func keyOffsets(t *testing.T, file []byte) map[ID]int64 {
+// walkSound walks file, a sound queue file, and returns the walker.
+func walkSound(t *testing.T, file []byte) *walker {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "walk.db")
 	require.NoError(t, os.WriteFile(path, file, 0o600))
@@ -76,6 +75,14 @@ func keyOffsets(t *testing.T, file []byte) map[ID]int64 {
 	require.True(t, ok)
 	w.walk()
 	require.Zero(t, w.nIssues, "%v", w.issues)
+	return w
+}
+
+// keyOffsets returns where in file, a sound queue file, the key of each
+// record sits in a page of the tree (not a freed page).
+func keyOffsets(t *testing.T, file []byte) map[ID]int64 {
+	t.Helper()
+	w := walkSound(t, file)
 	ps := int64(w.meta.pageSize)
 	out := map[ID]int64{}
 	for id := range w.seen {

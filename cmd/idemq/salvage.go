@@ -21,6 +21,11 @@ It prints how many records were recovered and how many could not be read, and
 the problems it found. A file whose structure is sound is left as it is: a
 damaged record in it is quarantined by the next open.
 
+A file that lacks commits the queue acknowledged (its newest meta page is
+damaged, or it is an older copy) is refused the same way; salvage copies what it
+holds and so accepts the loss, which it prints as lost commits. Older copies of
+records, and records discarded or removed, never come back.
+
 The damaged file is never written to. The application must not hold the file.
 A PostgreSQL queue (--dsn) has no file to salvage: salvage refuses it.`,
 		Example: "  idemq -f intents.db salvage",
@@ -57,8 +62,14 @@ func (a *app) printSalvage(rep queue.SalvageReport) {
 	}
 	fmt.Fprintf(a.stdout, "recovered   %d\n", rep.Recovered)
 	fmt.Fprintf(a.stdout, "unreadable  %d\n", rep.Unreadable)
+	if rep.LostCommits > 0 {
+		fmt.Fprintf(a.stdout, "lost commits %d (acknowledged, not in the file: the loss is accepted)\n", rep.LostCommits)
+	}
 	if rep.Orphans > 0 {
 		fmt.Fprintf(a.stdout, "orphans     %d (found in pages the tree lost)\n", rep.Orphans)
+	}
+	if rep.Stale > 0 {
+		fmt.Fprintf(a.stdout, "stale       %d (older copies, or records removed: not copied)\n", rep.Stale)
 	}
 	if rep.Duplicates > 0 {
 		fmt.Fprintf(a.stdout, "duplicates  %d (copied once)\n", rep.Duplicates)
