@@ -2,6 +2,8 @@ package idem
 
 import (
 	"context"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,6 +176,15 @@ func TestPolicyNarrow(t *testing.T) {
 			got := client.narrow(tt.call)
 			assert.Equal(t, tt.want, got, "%+v.narrow(%+v)", client, tt.call)
 		})
+	}
+	// A field added to Policy must be narrowed too: each has rows above
+	// (Veto has TestPolicyNarrowVeto).
+	for f := range reflect.TypeFor[Policy]().Fields() {
+		covered := f.Name == "Veto"
+		for _, tt := range tests {
+			covered = covered || strings.HasPrefix(tt.name, f.Name+" ")
+		}
+		assert.True(t, covered, "Policy.%s has no row in TestPolicyNarrow: how does a per-call policy narrow it?", f.Name)
 	}
 }
 
