@@ -69,14 +69,15 @@ func heldKeyServer(t *testing.T) (srv heldServer, claimed <-chan struct{}, relea
 }
 
 // fastClient retries quickly on the real clock; the test server's faults
-// take real time.
+// take real time. Its attempt timeout only ends a stall: a test that needs
+// attempts to time out sets its own.
 func fastClient(t *testing.T, s *idemtest.Server) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = s.DialContext
 	t.Cleanup(tr.CloseIdleConnections)
 	return &Client{
 		HTTPClient: &http.Client{Transport: tr},
-		Policy:     Policy{MaxAttempts: 12, BaseDelay: 5 * ms, MaxDelay: 50 * ms, AttemptTimeout: time.Second},
+		Policy:     Policy{MaxAttempts: 12, BaseDelay: 5 * ms, MaxDelay: 50 * ms, AttemptTimeout: 30 * time.Second},
 	}
 }
 
