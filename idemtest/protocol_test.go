@@ -40,7 +40,7 @@ func TestClaimThenReplay(t *testing.T) {
 }
 
 func TestInProgressConflict(t *testing.T) {
-	s := startServer(t, Options{Faults: faultOnFirst(FaultDelay), Delay: 400 * time.Millisecond})
+	s, gate := startGated(t, Options{Faults: faultOnFirst(FaultDelay)})
 	c := testClient(t, s)
 	url := s.URL() + "/payments"
 
@@ -48,7 +48,7 @@ func TestInProgressConflict(t *testing.T) {
 	var first reply
 	var firstErr error
 	wg.Go(func() { first, firstErr = send(c, "POST", url, "k", "body") })
-	waitClaimed(t, s, "k")
+	wake := <-gate // the first request holds the claim until the test lets it go
 	before, _ := owner(s, "k")
 
 	second := mustSend(t, c, "POST", url, "k", "body")
@@ -57,6 +57,7 @@ func TestInProgressConflict(t *testing.T) {
 	after, _ := owner(s, "k")
 	assert.Equal(t, before, after, "owner token changed by a 409")
 
+	close(wake)
 	wg.Wait()
 	require.NoError(t, firstErr)
 	assert.Equal(t, http.StatusCreated, first.status, "first request")
