@@ -197,6 +197,24 @@ func testClient(t *testing.T, hc *http.Client) (*Client, *fakeClock) {
 	return &Client{HTTPClient: hc, clock: clk, rand: func() float64 { return 0.5 }}, clk
 }
 
+// doResult is what Do returned, for a test that runs Do on a goroutine of
+// its own.
+type doResult struct {
+	res *Result
+	err error
+}
+
+// goDo runs c.Do on in on a goroutine of its own and returns the channel
+// its result comes on.
+func goDo(c *Client, in *Intent) <-chan doResult {
+	done := make(chan doResult, 1)
+	go func() {
+		res, err := c.Do(context.Background(), in)
+		done <- doResult{res, err}
+	}()
+	return done
+}
+
 func mustIntent(t *testing.T, method, url string, body string, opts ...IntentOption) *Intent {
 	t.Helper()
 	var b []byte

@@ -430,15 +430,7 @@ func TestDoAttemptTimeout(t *testing.T) {
 	c, clk := testClient(t, nil)
 	c.Policy.AttemptTimeout = time.Hour // fired below
 	in := mustIntent(t, "PUT", srv.URL+"/res/1", "v1")
-	type result struct {
-		res *Result
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := c.Do(context.Background(), in)
-		done <- result{res, err}
-	}()
+	done := goDo(c, in)
 	require.Eventually(t, func() bool { return len(srv.Requests()) == 1 }, 10*time.Second, ms, "the server never got the request")
 	clk.fireTimers()
 	got := recv(t, done, "the answer")

@@ -132,15 +132,7 @@ func TestServerDelayGives409ThenReplay(t *testing.T) {
 		}
 	}
 	in := mustIntent(t, "POST", srv.URL+"/payments", `{"p":1}`)
-	type result struct {
-		res *Result
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := c.Do(context.Background(), in)
-		done <- result{res, err}
-	}()
+	done := goDo(c, in)
 	await(t, claimed, "the server holding the request")
 	clk.fireTimers()
 	got := recv(t, done, "the answer")
