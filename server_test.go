@@ -320,7 +320,7 @@ func payAll(ps []payment, send func(ctx context.Context, in *Intent, prior error
 			defer func() { <-sem }()
 			p := &ps[i]
 			res, err := send(context.Background(), p.in, p.err)
-			p.err = err
+			p.err, p.out = err, NoOutcome // checkTruth reports an error that is no *Error
 			var e *Error
 			switch {
 			case err == nil:
