@@ -122,7 +122,7 @@ func waitClaimed(t *testing.T, s *Server, key string) {
 		defer s.mu.Unlock()
 		rec, ok := s.records[key]
 		return ok && rec.state == stateClaimed
-	}, 3*time.Second, 2*time.Millisecond, "key %q never claimed", key)
+	}, 10*time.Second, 2*time.Millisecond, "key %q never claimed", key)
 }
 
 // faultOnFirst injects f into the first request with each key.
