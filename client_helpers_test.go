@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // fakeClock records sleeps instead of sleeping; tests stay exact and fast.
@@ -66,6 +68,20 @@ func (c *fakeClock) fireTimers() int {
 		f()
 	}
 	return len(fs)
+}
+
+// fireStarted waits until n timers have been started, then fires them all
+// (fireTimers). A timer another goroutine starts may come after the event a
+// test waited for: the hedge's is started once the first request has been
+// launched, and that request may reach the server first.
+func (c *fakeClock) fireStarted(t *testing.T, n int) int {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.timers) >= n
+	}, 10*time.Second, time.Millisecond, "%d timers never started", n)
+	return c.fireTimers()
 }
 
 func (c *fakeClock) Sleeps() []time.Duration {
