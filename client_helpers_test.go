@@ -71,6 +71,20 @@ func (c *fakeClock) fireTimers() int {
 	return len(fs)
 }
 
+// fireStarted waits until n timers have been started, then fires them all
+// (fireTimers). A timer another goroutine starts may come after the event a
+// test waited for: the hedge's is started once the first request has been
+// launched, and that request may reach the server first.
+func (c *fakeClock) fireStarted(t *testing.T, n int) int {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.timers) >= n
+	}, 10*time.Second, time.Millisecond, "%d timers never started", n)
+	return c.fireTimers()
+}
+
 func (c *fakeClock) Sleeps() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -208,6 +222,24 @@ func testClient(t *testing.T, hc *http.Client) (*Client, *fakeClock) {
 		hc = httpClient(t, nil)
 	}
 	return &Client{HTTPClient: hc, clock: clk, rand: func() float64 { return 0.5 }}, clk
+}
+
+// doResult is what Do returned, for a test that runs Do on a goroutine of
+// its own.
+type doResult struct {
+	res *Result
+	err error
+}
+
+// goDo runs c.Do on in on a goroutine of its own and returns the channel
+// its result comes on.
+func goDo(c *Client, in *Intent) <-chan doResult {
+	done := make(chan doResult, 1)
+	go func() {
+		res, err := c.Do(context.Background(), in)
+		done <- doResult{res, err}
+	}()
+	return done
 }
 
 func mustIntent(t *testing.T, method, url string, body string, opts ...IntentOption) *Intent {

@@ -422,13 +422,20 @@ func (c cancelingClock) Sleep(ctx context.Context, d time.Duration) error {
 	return ctx.Err()
 }
 
+// TestDoAttemptTimeout: an attempt the server holds past the attempt timeout
+// is ambiguous, and retried. The test fires the timer once the server has
+// the request, so the headers are out however slow the machine is.
 func TestDoAttemptTimeout(t *testing.T) {
-	srv := newScripted(t, step{status: 200, delay: 5 * time.Second}, answer(200))
-	c, _ := testClient(t, nil)
-	c.Policy.AttemptTimeout = 100 * ms
+	srv := newScripted(t, step{status: 200, delay: time.Hour}, answer(200))
+	c, clk := testClient(t, nil)
+	c.Policy.AttemptTimeout = time.Hour // fired below
 	in := mustIntent(t, "PUT", srv.URL+"/res/1", "v1")
-	res, err := c.Do(context.Background(), in)
-	require.NoError(t, err)
+	done := goDo(c, in)
+	require.Eventually(t, func() bool { return len(srv.Requests()) == 1 }, 10*time.Second, ms, "the server never got the request")
+	clk.fireTimers()
+	got := recv(t, done, "the answer")
+	require.NoError(t, got.err)
+	res := got.res
 	res.Response.Body.Close()
 	require.Len(t, res.Attempts, 2)
 	assert.Equal(t, ClassAmbiguous, res.Attempts[0].Class)

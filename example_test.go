@@ -272,8 +272,8 @@ func Example_quickStart() {
 		timeout time.Duration
 	}{
 		{api.URL() + "/payments", time.Minute},
-		{api.URL() + "/refunds", time.Minute}, // no such route: 404
-		{lossy.URL() + "/payments", 100 * time.Millisecond},
+		{api.URL() + "/refunds", time.Minute},    // no such route: 404
+		{lossy.URL() + "/payments", time.Minute}, // four attempts, every answer lost
 		{down.URL + "/payments", 100 * time.Millisecond},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), call.timeout)

@@ -171,7 +171,7 @@ func TestHedgeAnswersWhenFirstHangs(t *testing.T) {
 				done := make(chan called, 1)
 				go func() { done <- send(t.Context(), tc.method, srv.URL, tc.body, "") }()
 				await(t, srv.first, "the first request")
-				require.Equal(t, 1, clk.fireTimers(), "one timer: the hedge's")
+				require.Equal(t, 1, clk.fireStarted(t, 1), "one timer: the hedge's")
 				got := recv(t, done, "the answer")
 				require.NoError(t, got.err)
 				assert.Equal(t, 200, got.status)
@@ -303,7 +303,7 @@ func TestHedgeFailureWaitsForTheOther(t *testing.T) {
 		{"both fail", errFirst, errHedge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			release, hedgeDone := make(chan struct{}), make(chan struct{})
+			release := make(chan struct{})
 			rt := &scriptRT{entered: make(chan struct{}, 2), scripts: []func(*http.Request) (*http.Response, error){
 				func(req *http.Request) (*http.Response, error) {
 					select { // the test's end frees it if no hedge came
@@ -315,18 +315,17 @@ func TestHedgeFailureWaitsForTheOther(t *testing.T) {
 					}
 					return okResponse(req, io.NopCloser(strings.NewReader("first"))), nil
 				},
-				func(*http.Request) (*http.Response, error) {
-					defer close(hedgeDone)
-					return nil, errHedge
-				},
+				func(*http.Request) (*http.Response, error) { return nil, errHedge },
 			}}
 			send, clk, _ := hedgeCallers[0].make(t, rt, Policy{HedgeAfter: time.Hour, MaxAttempts: 1})
 			done := make(chan called, 1)
 			go func() { done <- send(t.Context(), "GET", "http://127.0.0.1:1/r", "", "") }()
 			recv(t, rt.entered, "the first request")
-			clk.fireTimers()
+			clk.fireStarted(t, 1)
 			recv(t, rt.entered, "the hedge")
-			await(t, hedgeDone, "the hedge's failure")
+			// The run cancels a failed request's context once it has taken
+			// its failure: only then may the first fail, after it.
+			await(t, rt.ctx(1).Done(), "the run taking the hedge's failure")
 			close(release)
 			got := recv(t, done, "the answer")
 			if tc.wantErr == nil {
@@ -383,7 +382,7 @@ func TestHedgeLoserClosed(t *testing.T) {
 		done <- result{res, err}
 	}()
 	recv(t, rt.entered, "the first request")
-	clk.fireTimers()
+	clk.fireStarted(t, 1)
 	recv(t, rt.entered, "the hedge")
 	got := recv(t, done, "the answer")
 	require.NoError(t, got.err)
@@ -420,7 +419,7 @@ func TestHedgeEndsWithContext(t *testing.T) {
 		done <- err
 	}()
 	recv(t, arrived, "the first request")
-	clk.fireTimers()
+	clk.fireStarted(t, 1)
 	recv(t, arrived, "the hedge")
 	cancel()
 	err := recv(t, done, "the end")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -38,15 +39,45 @@ func startServer(t *testing.T, opts idemtest.Options) *idemtest.Server {
 	return s
 }
 
+// heldServer is an idemtest.Wrapper whose handler holds the first request
+// that claims a key until the test releases it.
+type heldServer struct {
+	*httptest.Server
+	wrapper *idemtest.Wrapper
+}
+
+// heldKeyServer starts a heldServer. claimed is closed once a request holds
+// a claim (its handler runs); release lets every handler return, and runs
+// at the test's end if the test has not called it. The claim's lease is
+// judged by a clock that never moves, so no slowness lets another request
+// take it over.
+func heldKeyServer(t *testing.T) (srv heldServer, claimed <-chan struct{}, release func()) {
+	t.Helper()
+	held, let := make(chan struct{}), make(chan struct{})
+	var heldOnce, letOnce sync.Once
+	epoch := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	srv.wrapper = idemtest.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		heldOnce.Do(func() { close(held) })
+		<-let
+		w.WriteHeader(http.StatusCreated)
+	}), idemtest.Options{RequireKey: true, Now: func() time.Time { return epoch }})
+	srv.Server = httptest.NewServer(srv.wrapper)
+	t.Cleanup(srv.Close)
+	release = func() { letOnce.Do(func() { close(let) }) }
+	t.Cleanup(release) // before srv.Close, which waits for the handler
+	return srv, held, release
+}
+
 // fastClient retries quickly on the real clock; the test server's faults
-// take real time.
+// take real time. Its attempt timeout only ends a stall: a test that needs
+// attempts to time out sets its own.
 func fastClient(t *testing.T, s *idemtest.Server) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = s.DialContext
 	t.Cleanup(tr.CloseIdleConnections)
 	return &Client{
 		HTTPClient: &http.Client{Transport: tr},
-		Policy:     Policy{MaxAttempts: 12, BaseDelay: 5 * ms, MaxDelay: 50 * ms, AttemptTimeout: time.Second},
+		Policy:     Policy{MaxAttempts: 12, BaseDelay: 5 * ms, MaxDelay: 50 * ms, AttemptTimeout: 30 * time.Second},
 	}
 }
 
@@ -83,22 +114,38 @@ func TestServerFaults(t *testing.T) {
 	}
 }
 
+// TestServerDelayGives409ThenReplay: an attempt that times out while the
+// server works on its request leaves the key claimed; the retries meet 409,
+// are polled, and get the stored answer once the request completes. The
+// test fires the attempt's timer once the server holds the request, and the
+// server completes it on the first 409, so the trail is the same on a slow
+// machine as on a fast one.
 func TestServerDelayGives409ThenReplay(t *testing.T) {
-	s := startServer(t, idemtest.Options{Faults: firstTime(idemtest.FaultDelay), Delay: 300 * ms})
-	c := fastClient(t, s)
-	c.Policy.AttemptTimeout = 50 * ms
-	c.Policy.MaxAttempts = 40
-	in := mustIntent(t, "POST", s.URL()+"/payments", `{"p":1}`)
-	res, err := c.Do(context.Background(), in)
-	require.NoError(t, err)
+	srv, claimed, release := heldKeyServer(t)
+	c, clk := testClient(t, srv.Client())
+	// Fired by the test; polls wait on the fake clock, whose window allows
+	// tens of thousands of them while the held request completes.
+	c.Policy = Policy{AttemptTimeout: time.Hour, BaseDelay: 5 * ms, MaxDelay: 50 * ms, InFlightWindow: time.Hour}
+	c.OnAttempt = func(_ context.Context, a AttemptInfo) {
+		if a.Attempt.Status == http.StatusConflict {
+			release()
+		}
+	}
+	in := mustIntent(t, "POST", srv.URL+"/payments", `{"p":1}`)
+	done := goDo(c, in)
+	await(t, claimed, "the server holding the request")
+	clk.fireTimers()
+	got := recv(t, done, "the answer")
+	require.NoError(t, got.err)
+	res := got.res
 	defer res.Response.Body.Close()
 	cl := classes(res.Attempts)
 	assert.Equal(t, ClassAmbiguous, cl[0], "the first attempt timed out")
 	assert.Contains(t, cl, ClassNotProcessed, "retries meet the claim: 409")
 	assert.Equal(t, ClassApplied, cl[len(cl)-1])
 	assert.True(t, res.Replayed)
-	assert.Equal(t, 1, s.EffectsForKey(in.Key()))
-	assert.GreaterOrEqual(t, s.Stats().Conflicts, 1)
+	assert.Equal(t, 1, srv.wrapper.EffectsForKey(in.Key()))
+	assert.GreaterOrEqual(t, srv.wrapper.Stats().Conflicts, 1)
 }
 
 func TestServerRefusedDial(t *testing.T) {
@@ -200,8 +247,17 @@ func TestServerDeleteAlreadyApplied(t *testing.T) {
 // TestServerExactlyOnceUnderRandomFaults sends many keyed payments through
 // every fault at once and checks what the client said against what the
 // server did: no duplicate ever, and no outcome that contradicts the server.
+// Then the application does what the outcomes tell it to (Resume what is not
+// applied, under its key) until every payment is applied once.
+//
+// The first run's 50 ms attempt timeout, below the server's 150 ms delay,
+// puts attempts in doubt; how many depends on the machine's speed (on a
+// busy one most intents end Unknown), so no count of the first run is a
+// verdict. The rounds of Resume that follow have no attempt timeout: every
+// request is answered, so they settle every payment however slow the
+// machine is.
 func TestServerExactlyOnceUnderRandomFaults(t *testing.T) {
-	const n = 150
+	const n, rounds = 150, 5
 	s := startServer(t, idemtest.Options{
 		RequireKey: true,
 		Delay:      150 * ms,
@@ -219,47 +275,89 @@ func TestServerExactlyOnceUnderRandomFaults(t *testing.T) {
 	c := fastClient(t, s)
 	c.Policy.AttemptTimeout = 50 * ms
 
-	type outcome struct {
-		body []byte
-		out  Outcome
+	payments := make([]payment, n)
+	for i := range payments {
+		body := fmt.Sprintf(`{"payment":"p-%d"}`, i)
+		payments[i] = payment{in: mustIntent(t, "POST", s.URL()+"/payments", body), body: []byte(body)}
 	}
-	results := make([]outcome, n)
+	todo := payAll(payments, func(ctx context.Context, in *Intent, _ error) (*Result, error) { return c.Do(ctx, in) })
+	checkTruth(t, s, payments)
+	t.Logf("first run: %d of %d payments not applied", len(todo), n)
+
+	patient := fastClient(t, s)
+	patient.Policy.AttemptTimeout = 0 // the server answers every request
+	patient.Budget = NewBudget(0)     // a NotApplied prior makes Resume pay as Do does
+	for round := 0; round < rounds && len(todo) > 0; round++ {
+		todo = payAll(todo, patient.Resume)
+		checkTruth(t, s, todo)
+	}
+	assert.Empty(t, todo, "payments still not applied after %d rounds of Resume", rounds)
+	for i, p := range payments {
+		assert.Equal(t, 1, s.EffectsForPayload(p.body), "payment %d applied once", i)
+	}
+	st := s.Stats()
+	assert.Greater(t, st.Replays, 0, "faults must have been exercised")
+	assert.Greater(t, st.Refused, 0)
+}
+
+// payment is one intent of TestServerExactlyOnceUnderRandomFaults and what
+// the client said of its latest run.
+type payment struct {
+	in   *Intent
+	body []byte
+	out  Outcome
+	err  error // the latest run's; nil when it ended with a Result
+}
+
+// payAll runs every payment through send (Do, or Resume with the payment's
+// latest error as prior), 16 at a time, and returns those not applied.
+func payAll(ps []payment, send func(ctx context.Context, in *Intent, prior error) (*Result, error)) []payment {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
-	for i := range n {
+	for i := range ps {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			body := []byte(fmt.Sprintf(`{"payment":"p-%d"}`, i))
-			in := mustIntent(t, "POST", s.URL()+"/payments", string(body))
-			res, err := c.Do(context.Background(), in)
-			results[i] = outcome{body: body}
+			p := &ps[i]
+			res, err := send(context.Background(), p.in, p.err)
+			p.err, p.out = err, NoOutcome // checkTruth reports an error that is no *Error
+			var e *Error
 			switch {
 			case err == nil:
 				res.Response.Body.Close()
-				results[i].out = res.Outcome
-			default:
-				var e *Error
-				require.True(t, errors.As(err, &e), "error %v", err)
-				results[i].out = e.Outcome
+				p.out = res.Outcome
+			case errors.As(err, &e):
+				p.out = e.Outcome
 			}
 		})
 	}
 	wg.Wait()
-	applied := 0
-	for i, r := range results {
-		effects := s.EffectsForPayload(r.body)
-		assert.LessOrEqual(t, effects, 1, "intent %d applied %d times", i, effects)
-		switch r.out {
-		case Applied:
-			applied++
-			assert.Equal(t, 1, effects, "intent %d reported applied", i)
-		case NotApplied:
-			assert.Equal(t, 0, effects, "intent %d reported not applied", i)
+	var left []payment
+	for _, p := range ps {
+		if p.out != Applied {
+			left = append(left, p)
 		}
 	}
-	assert.Greater(t, applied, n*9/10, "most intents get through")
-	st := s.Stats()
-	assert.Greater(t, st.Replays, 0, "faults must have been exercised")
-	assert.Greater(t, st.Refused, 0)
+	return left
+}
+
+// checkTruth compares what the client said of each payment's latest run
+// with the server's count of its effects.
+func checkTruth(t *testing.T, s *idemtest.Server, ps []payment) {
+	t.Helper()
+	for _, p := range ps {
+		var e *Error
+		if p.err != nil && !errors.As(p.err, &e) {
+			t.Errorf("%s: error %v is not an *idem.Error", p.body, p.err)
+			continue
+		}
+		effects := s.EffectsForPayload(p.body)
+		assert.LessOrEqual(t, effects, 1, "%s applied %d times", p.body, effects)
+		switch p.out {
+		case Applied:
+			assert.Equal(t, 1, effects, "%s reported applied", p.body)
+		case NotApplied:
+			assert.Equal(t, 0, effects, "%s reported not applied", p.body)
+		}
+	}
 }

@@ -28,38 +28,51 @@ import (
 // restarted process sharing a supplied or derived key), it may still apply:
 // the outcome is Unknown, never NotApplied, whether the 409 came first or
 // after retries, and whatever ended the polling (Policy.InFlightWindow).
+//
+// The key's holder is a request the server holds until the test lets it go,
+// with a lease on a clock that never moves: however slow the machine, every
+// request under the key meets the claim, and the context ends on a signal
+// (the first attempt), not on a deadline the polling could outrun.
 func TestKeyed409IsNeverNotApplied(t *testing.T) {
 	ends := []struct {
 		name  string
-		setup func(c *Client)
+		setup func(c *Client, cancel context.CancelFunc)
 		cause error
 	}{
-		{"the window ends", func(c *Client) { c.Policy.InFlightWindow = 40 * ms }, ErrAttemptsExhausted},
-		{"first attempt only", func(c *Client) { c.Policy.MaxAttempts, c.Policy.InFlightWindow = 1, 40*ms }, ErrAttemptsExhausted},
-		{"a budget of one", func(c *Client) { c.Budget, c.Policy.InFlightWindow = NewBudget(1), 40*ms }, ErrAttemptsExhausted},
-		{"context ends", func(c *Client) { c.Policy.MaxAttempts = 100 }, context.DeadlineExceeded},
+		{"the window ends", func(c *Client, _ context.CancelFunc) { c.Policy.InFlightWindow = 40 * ms }, ErrAttemptsExhausted},
+		{"first attempt only", func(c *Client, _ context.CancelFunc) { c.Policy.MaxAttempts, c.Policy.InFlightWindow = 1, 40*ms }, ErrAttemptsExhausted},
+		{"a budget of one", func(c *Client, _ context.CancelFunc) { c.Budget, c.Policy.InFlightWindow = NewBudget(1), 40*ms }, ErrAttemptsExhausted},
+		{"context ends", func(c *Client, cancel context.CancelFunc) {
+			c.Policy.MaxAttempts = 100
+			c.OnAttempt = func(context.Context, AttemptInfo) { cancel() }
+		}, context.Canceled},
 	}
 	for _, tt := range ends {
 		t.Run(tt.name, func(t *testing.T) {
-			const hold = 400 * ms
-			s := startServer(t, idemtest.Options{RequireKey: true, Delay: hold, Faults: firstTime(idemtest.FaultDelay)})
+			srv, claimed, release := heldKeyServer(t)
 			key := DeriveKey("order-7", "charge")
 			body := `{"amount":100}`
 
 			// The first holder of the key: another replica whose request
 			// the server is still working on.
-			first := fastClient(t, s)
-			first.Policy.MaxAttempts, first.Policy.AttemptTimeout = 1, 50*ms
-			_, err := first.Do(context.Background(), mustIntent(t, "POST", s.URL()+"/payments", body, WithKey(key)))
-			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			first := &Client{HTTPClient: srv.Client(), Policy: Policy{MaxAttempts: 1}}
+			firstDone := make(chan error, 1)
+			go func() {
+				res, err := first.Do(context.Background(), mustIntent(t, "POST", srv.URL+"/payments", body, WithKey(key)))
+				if err == nil {
+					res.Response.Body.Close()
+				}
+				firstDone <- err
+			}()
+			await(t, claimed, "the first request's claim")
 
 			// A second intent under the same key, with no ambiguous attempt of
 			// its own, meets 409s.
-			c := fastClient(t, s)
-			tt.setup(c)
-			ctx, cancel := context.WithTimeout(context.Background(), 120*ms)
+			c := &Client{HTTPClient: srv.Client(), Policy: Policy{MaxAttempts: 12, BaseDelay: 5 * ms, MaxDelay: 50 * ms}}
+			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			_, err = c.Do(ctx, mustIntent(t, "POST", s.URL()+"/payments", body, WithKey(key)))
+			tt.setup(c, cancel)
+			_, err := c.Do(ctx, mustIntent(t, "POST", srv.URL+"/payments", body, WithKey(key)))
 			require.Error(t, err)
 			e := asError(t, err)
 			require.NotEmpty(t, e.Attempts)
@@ -69,7 +82,9 @@ func TestKeyed409IsNeverNotApplied(t *testing.T) {
 			assert.NotErrorIs(t, err, ErrNotApplied, "a 409 under our key is not a refusal")
 
 			// And indeed the key's request applied.
-			require.Eventually(t, func() bool { return s.EffectsForKey(key) == 1 }, 5*hold, 10*ms)
+			release()
+			require.NoError(t, recv(t, firstDone, "the first request's answer"))
+			assert.Equal(t, 1, srv.wrapper.EffectsForKey(key))
 		})
 	}
 }

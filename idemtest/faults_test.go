@@ -1,8 +1,10 @@
 package idemtest
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,16 +59,33 @@ func TestFaultsThenRetry(t *testing.T) {
 	}
 }
 
+// TestFaultDelayOutlivesClientTimeout: a client that gives up while the
+// server holds its request does not stop the effect. The test ends the
+// pause itself, after the client has given up, so no timing decides the
+// order.
 func TestFaultDelayOutlivesClientTimeout(t *testing.T) {
-	s := startServer(t, Options{Faults: faultOnFirst(FaultDelay), Delay: 300 * time.Millisecond})
+	s, gate := startGated(t, Options{Faults: faultOnFirst(FaultDelay)})
 	c := testClient(t, s)
-	c.Timeout = 50 * time.Millisecond
-
-	_, err := send(c, "POST", s.URL()+"/payments", "k", "x")
-	require.Error(t, err, "client did not time out")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", s.URL()+"/payments", strings.NewReader("x"))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "k")
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	wake := <-gate // the server holds the request, its claim made
+	cancel()       // the client gives up, as on its timeout
+	require.Error(t, <-sent, "the client got an answer")
 	assert.Equal(t, 0, s.EffectsForKey("k"), "effect applied before the delay ended")
 	// The server carries on without the client, as a real one would.
-	assert.Eventually(t, func() bool { return s.EffectsForKey("k") == 1 }, 3*time.Second, 10*time.Millisecond,
+	close(wake)
+	assert.Eventually(t, func() bool { return s.EffectsForKey("k") == 1 }, 10*time.Second, 10*time.Millisecond,
 		"effect never applied after the client left")
 }
 

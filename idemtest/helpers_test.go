@@ -43,6 +43,18 @@ func startServer(t *testing.T, opts Options) *Server {
 	return s
 }
 
+// startGated starts a server on loopback whose FaultDelay pauses the test
+// ends (see pauseGate), and closes it when t ends.
+func startGated(t *testing.T, opts Options) (*Server, pauseGate) {
+	t.Helper()
+	s := New(opts)
+	gate := make(pauseGate)
+	s.gate = gate
+	require.NoError(t, s.Start())
+	t.Cleanup(s.Close)
+	return s, gate
+}
+
 // testClient dials through s without keep-alives: a reused connection
 // would let net/http resend keyed requests by itself and blur the counts.
 func testClient(t *testing.T, s *Server) *http.Client {
@@ -110,7 +122,7 @@ func waitClaimed(t *testing.T, s *Server, key string) {
 		defer s.mu.Unlock()
 		rec, ok := s.records[key]
 		return ok && rec.state == stateClaimed
-	}, 3*time.Second, 2*time.Millisecond, "key %q never claimed", key)
+	}, 10*time.Second, 2*time.Millisecond, "key %q never claimed", key)
 }
 
 // faultOnFirst injects f into the first request with each key.

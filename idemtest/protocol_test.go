@@ -40,7 +40,7 @@ func TestClaimThenReplay(t *testing.T) {
 }
 
 func TestInProgressConflict(t *testing.T) {
-	s := startServer(t, Options{Faults: faultOnFirst(FaultDelay), Delay: 400 * time.Millisecond})
+	s, gate := startGated(t, Options{Faults: faultOnFirst(FaultDelay)})
 	c := testClient(t, s)
 	url := s.URL() + "/payments"
 
@@ -48,7 +48,7 @@ func TestInProgressConflict(t *testing.T) {
 	var first reply
 	var firstErr error
 	wg.Go(func() { first, firstErr = send(c, "POST", url, "k", "body") })
-	waitClaimed(t, s, "k")
+	wake := <-gate // the first request holds the claim until the test lets it go
 	before, _ := owner(s, "k")
 
 	second := mustSend(t, c, "POST", url, "k", "body")
@@ -57,6 +57,7 @@ func TestInProgressConflict(t *testing.T) {
 	after, _ := owner(s, "k")
 	assert.Equal(t, before, after, "owner token changed by a 409")
 
+	close(wake)
 	wg.Wait()
 	require.NoError(t, firstErr)
 	assert.Equal(t, http.StatusCreated, first.status, "first request")
@@ -318,12 +319,11 @@ func TestRetentionExpiry(t *testing.T) {
 // does not stretch the horizon a client relies on.
 func TestRetentionCountsFromFirstClaim(t *testing.T) {
 	clock := newFakeClock()
-	s := startServer(t, Options{
+	s, gate := startGated(t, Options{
 		Now:       clock.Now,
 		Retention: time.Hour,
 		Lease:     2 * time.Hour,
 		Faults:    faultOnFirst(FaultDelay),
-		Delay:     200 * time.Millisecond,
 	})
 	c := testClient(t, s)
 	url := s.URL() + "/payments"
@@ -332,8 +332,9 @@ func TestRetentionCountsFromFirstClaim(t *testing.T) {
 	var first reply
 	var firstErr error
 	wg.Go(func() { first, firstErr = send(c, "POST", url, "k", "x") })
-	waitClaimed(t, s, "k")
+	wake := <-gate                  // the claim is made; the effect waits for the test
 	clock.Advance(40 * time.Minute) // the effect completes 40 minutes after the claim
+	close(wake)
 	wg.Wait()
 	require.NoError(t, firstErr)
 	require.Equal(t, http.StatusCreated, first.status, "first request")
@@ -358,11 +359,10 @@ func TestRetentionCountsFromFirstClaim(t *testing.T) {
 
 func TestExpiredLeaseWithoutTakeoverCompletes(t *testing.T) {
 	clock := newFakeClock()
-	s := startServer(t, Options{
+	s, gate := startGated(t, Options{
 		Now:    clock.Now,
 		Lease:  time.Second,
 		Faults: faultOnFirst(FaultDelay),
-		Delay:  200 * time.Millisecond,
 	})
 	c := testClient(t, s)
 
@@ -370,8 +370,9 @@ func TestExpiredLeaseWithoutTakeoverCompletes(t *testing.T) {
 	var got reply
 	var err error
 	wg.Go(func() { got, err = send(c, "POST", s.URL()+"/payments", "k", "x") })
-	waitClaimed(t, s, "k")
+	wake := <-gate             // the claim is made; the effect waits for the test
 	clock.Advance(time.Minute) // nobody takes over, so nothing fences
+	close(wake)
 	wg.Wait()
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusCreated, got.status)

@@ -199,7 +199,9 @@ func TestEnqueueTxOneStatement(t *testing.T) {
 }
 
 // TestEnqueueTxNotifiesAtCommit: the wake-up goes out when the transaction
-// commits, not when EnqueueTx runs, and not at all on rollback.
+// commits, not when EnqueueTx runs, and not at all on rollback. Nothing is
+// proved by waiting: notifications reach a listener in commit order, so a
+// marker sent after a step is heard first unless the step sent a wake-up.
 func TestEnqueueTxNotifiesAtCommit(t *testing.T) {
 	pool := migrated(t)
 	ctx := waitCtx(t)
@@ -208,28 +210,34 @@ func TestEnqueueTxNotifiesAtCommit(t *testing.T) {
 	defer listener.Release()
 	_, err = listener.Exec(ctx, "LISTEN idem_queue")
 	require.NoError(t, err)
-	heard := func() bool {
-		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		defer cancel()
-		_, err := listener.Conn().WaitForNotification(wctx)
-		return err == nil
+	next := func() string {
+		n, err := listener.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		return n.Payload
+	}
+	quietAfter := func(step string) {
+		t.Helper()
+		marker := "marker after " + step
+		_, err := pool.Exec(ctx, "SELECT pg_notify('idem_queue', $1)", marker)
+		require.NoError(t, err)
+		assert.Equal(t, marker, next(), "a wake-up %s", step)
 	}
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = pgqueue.EnqueueTx(ctx, tx, post(t, "http://127.0.0.1:1/a", idem.WithKey("k-rollback")))
 	require.NoError(t, err)
-	assert.False(t, heard(), "nothing before commit")
+	quietAfter("before commit")
 	require.NoError(t, tx.Rollback(ctx))
-	assert.False(t, heard(), "nothing on rollback")
+	quietAfter("on rollback")
 
 	tx, err = pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = pgqueue.EnqueueTx(ctx, tx, post(t, "http://127.0.0.1:1/a", idem.WithKey("k-commit")))
 	require.NoError(t, err)
-	assert.False(t, heard(), "nothing before commit")
+	quietAfter("before commit")
 	require.NoError(t, tx.Commit(ctx))
-	assert.True(t, heard(), "a wake-up at commit")
+	assert.Equal(t, "", next(), "a wake-up at commit")
 }
 
 // TestEnqueueTxChecks: EnqueueTx refuses what Enqueue refuses, and dedupes

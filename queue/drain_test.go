@@ -32,9 +32,11 @@ func clientFor(s *idemtest.Server) *idem.Client {
 	return &idem.Client{HTTPClient: s.Client()}
 }
 
-// fast are options for tests that let records retry on the real clock.
+// fast are options for tests that let records retry on the real clock. The
+// attempt timeout only ends a stall: the tests' servers answer at once, or
+// hold a request until the test lets it go.
 func fast(c *idem.Client) Options {
-	return Options{Client: c, Policy: idem.Policy{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, AttemptTimeout: 2 * time.Second}, Workers: 4}
+	return Options{Client: c, Policy: idem.Policy{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, AttemptTimeout: 30 * time.Second}, Workers: 4}
 }
 
 func TestDrainExactlyOnce(t *testing.T) {

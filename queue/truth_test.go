@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,30 +22,47 @@ import (
 
 // TestQueueKeyed409IsUnknown: a record whose attempts meet only 409s (its
 // key is in flight elsewhere) fails as Unknown, never NotApplied: the
-// request holding the key may still apply, and does.
+// request holding the key may still apply, and does. The server holds that
+// request until the test lets it go, with a lease on a clock that never
+// moves, so the record meets the claim however slow the machine is.
 func TestQueueKeyed409IsUnknown(t *testing.T) {
-	const hold = 500 * time.Millisecond
-	s := startServer(t, idemtest.Options{RequireKey: true, Delay: hold,
-		Faults: func(_ *http.Request, _ string, seen int) idemtest.Fault {
-			if seen == 0 {
-				return idemtest.FaultDelay
-			}
-			return idemtest.FaultNone
-		}})
+	held, let := make(chan struct{}), make(chan struct{})
+	var heldOnce, letOnce sync.Once
+	epoch := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := idemtest.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		heldOnce.Do(func() { close(held) })
+		<-let
+		w.WriteHeader(http.StatusCreated)
+	}), idemtest.Options{RequireKey: true, Now: func() time.Time { return epoch }})
+	srv := httptest.NewServer(w)
+	t.Cleanup(srv.Close)
+	release := func() { letOnce.Do(func() { close(let) }) }
+	t.Cleanup(release) // before srv.Close, which waits for the handler
 	key := idem.DeriveKey("order-9", "charge")
-	in := post(t, s.URL()+"/payments", 1, idem.WithKey(key))
 
 	// Another process holds the key: its request is still being worked on.
-	holder := &idem.Client{HTTPClient: s.Client(), Policy: idem.Policy{MaxAttempts: 1, AttemptTimeout: 50 * time.Millisecond}}
-	_, err := holder.Do(context.Background(), in)
-	require.ErrorIs(t, err, idem.ErrOutcomeUnknown)
+	holder := &idem.Client{HTTPClient: srv.Client(), Policy: idem.Policy{MaxAttempts: 1}}
+	first := post(t, srv.URL+"/payments", 1, idem.WithKey(key))
+	holderDone := make(chan error, 1)
+	go func() {
+		res, err := holder.Do(context.Background(), first)
+		if err == nil {
+			res.Response.Body.Close()
+		}
+		holderDone <- err
+	}()
+	ctx := waitCtx(t)
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the holder's request never reached the server")
+	}
 
-	opts := fast(clientFor(s))
+	opts := fast(&idem.Client{HTTPClient: srv.Client()})
 	opts.MaxAttempts = 2
 	q, _ := openTest(t, opts)
 	run(t, q)
-	ctx := waitCtx(t)
-	again := post(t, s.URL()+"/payments", 1, idem.WithKey(key))
+	again := post(t, srv.URL+"/payments", 1, idem.WithKey(key))
 	id, err := q.Enqueue(ctx, again)
 	require.NoError(t, err)
 	r, err := q.Wait(ctx, id)
@@ -52,7 +70,15 @@ func TestQueueKeyed409IsUnknown(t *testing.T) {
 	assert.Equal(t, Failed, r.State)
 	assert.Equal(t, http.StatusConflict, r.LastStatus)
 	assert.Equal(t, idem.Unknown, r.Outcome, "a 409 under our key is not a refusal")
-	require.Eventually(t, func() bool { return s.EffectsForKey(key) == 1 }, 4*hold, 10*time.Millisecond, "the holder's request applied")
+
+	release()
+	select {
+	case err := <-holderDone:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the holder's request never completed")
+	}
+	assert.Equal(t, 1, w.EffectsForKey(key), "the holder's request applied")
 }
 
 // TestQueueCrossHostRedirectNotFollowed: a keyed POST redirected to another

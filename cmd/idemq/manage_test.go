@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/queue"
 	"github.com/idem-go/idem/queue/queueweb"
 )
 
@@ -32,10 +35,23 @@ func TestDiscard(t *testing.T) {
 
 // TestDiscardSentWarns: discarding a pending record an attempt may have
 // reached the server with leaves its outcome unknown, and says so.
+//
+// The record is sent once by a drainer the test stops when the server has
+// seen it (a 503 asking for an hour keeps it pending), not by a drain with
+// a short timeout, which a busy machine could end before the attempt.
 func TestDiscardSentWarns(t *testing.T) {
 	srv := newServer(t, idem.DefaultKeyHeader, http.StatusServiceUnavailable, map[string]string{"Retry-After": "3600"})
 	file, ids := queueFile(t, intent(t, srv.URL+"/pay?token=s3cret", "x"))
-	idemq(t, nil, "--file", file, "drain", "--timeout", "500ms")
+	q, err := queue.Open(file, queue.Options{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- q.Run(ctx) }()
+	require.Eventually(t, func() bool { keys, _ := srv.seen(); return len(keys) == 1 }, 20*time.Second, time.Millisecond,
+		"the record never reached the server")
+	cancel()
+	<-ran
+	require.NoError(t, q.Close())
 
 	r := ok(t, file, "discard", ids[0].String())
 	assert.Contains(t, r.stderr, "idemq: warning: 1 may have reached the server")

@@ -36,7 +36,12 @@ func TestRun(t *testing.T) {
 	// effect; every other reading done, with one effect.
 	assert.Regexp(t, `(?m)^r-00\s+door\s+expired, unknown\s+\d+\s+1\s+1$`, text)
 	assert.Len(t, regexp.MustCompile(`(?m)^r-\d\d\s+\w+\s+done, applied( \(replayed\))?\s+\d+\s+\d+\s+1$`).FindAllString(text, -1), 12, "readings done")
-	assert.Len(t, regexp.MustCompile(`(?m)^r-\d\d\s+\w+\s+done, applied \(replayed\)`).FindAllString(text, -1), 2, "readings answered from the server's store after a dropped answer")
+	// r-05 and r-10 had their answers dropped: the server's store answers
+	// their resends. Another reading may be answered so too, if an attempt
+	// of it outlived the 250 ms attempt timeout on a busy machine.
+	for _, r := range []string{"r-05", "r-10"} {
+		assert.Regexp(t, `(?m)^`+r+`\s+\w+\s+done, applied \(replayed\)`, text, "%s answered from the server's store after a dropped answer", r)
+	}
 }
 
 // TestProblems checks that each failure the command exits 1 for is named.
