@@ -247,8 +247,10 @@ const (
 	ActionStop
 	// ActionHold keeps the operation and sends nothing until something
 	// outside the schedule changes: a queue holds a lane after a 401 that
-	// fresh credentials did not cure, and a host whose certificate the
-	// clock puts outside its validity dates. Client.Do never holds.
+	// fresh credentials did not cure, a host whose certificate the
+	// clock puts outside its validity dates, and a record whose attempt,
+	// a probe while the device is offline, did not reach the network.
+	// Client.Do never holds.
 	ActionHold
 	// ActionExpire ends without success because the next attempt could not
 	// start before the server may forget the key (or the intent's max

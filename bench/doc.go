@@ -21,6 +21,12 @@
 //	                   or every attempt answered 503, from several
 //	                   goroutines: attempts sent per operation
 //	                   (attempts/op, and retries/op with more digits).
+//	BenchmarkQueueOutage  a device's bbolt queue, default options, 64
+//	                   records in 16 lanes, every dial refused for the
+//	                   window, then the API back: time from the API up to
+//	                   the first record it sees (back-ms, no Wake), dials
+//	                   per minute offline (probes/min), time from the API
+//	                   up to the backlog drained (drain-ms).
 //	BenchmarkEnqueue   queue.Enqueue with 1 and 64 producers beside raw bbolt
 //	                   Update (1) and Batch (64); with supplied keys; and with
 //	                   producers that spend 50µs of CPU on each item.

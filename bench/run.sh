@@ -11,7 +11,9 @@
 # Environment:
 #   COUNT=10         rounds of the overhead, enqueue and depth benchmarks
 #   SLOW_COUNT=6     rounds of the fault, outage and drain benchmarks
-#   OUTAGE=10s       each client's outage window
+#   OUTAGE=10s       each client's outage window, and the queue's
+#                    (BenchmarkQueueOutage: how soon it sends once the API
+#                    is back, its probes a minute offline)
 #   DEPTHS=1k,100k,1M  queue depths; IDEM_BENCH_SKIP_1M=1 drops 1M
 #   IDEM_BENCH_CACHE=DIR  keep the prefilled queue files there (reused by a
 #                    later run); by default they go to a temporary folder that
@@ -133,6 +135,8 @@ fi
 if phase outage; then
 	log "outage: $SLOW_COUNT rounds of $OUTAGE per client and fault"
 	rounds "$SLOW_COUNT" outage.txt -test.bench '^BenchmarkOutage$' -test.benchtime 1x
+	log "queue outage: $SLOW_COUNT rounds of $OUTAGE offline, then the API back"
+	rounds "$SLOW_COUNT" queue-outage.txt -test.bench '^BenchmarkQueueOutage$' -test.benchtime 1x
 fi
 
 if phase fleet; then
@@ -167,7 +171,7 @@ fi
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
 
 log "benchstat"
-for f in overhead:"-col /client" clientcost:"-col /client" enqueue: depth:"-col /depth" drain: fault:"-col /client" outage:"-col /client" fleet:; do
+for f in overhead:"-col /client" clientcost:"-col /client" enqueue: depth:"-col /depth" drain: fault:"-col /client" outage:"-col /client" queue-outage: fleet:; do
 	name=${f%%:*}
 	if [[ -s "$out/$name.txt" ]]; then
 		# shellcheck disable=SC2086 # the options are words
@@ -178,7 +182,7 @@ cat "$out/benchstat.txt"
 
 log "summary (the median of the rounds' ratios; benchstat above shows the spread)"
 files=()
-for name in overhead clientcost enqueue depth drain fault outage fleet; do
+for name in overhead clientcost enqueue depth drain fault outage queue-outage fleet; do
 	if [[ -s "$out/$name.txt" ]]; then
 		files+=("$out/$name.txt")
 	fi

@@ -207,9 +207,13 @@ func (q *Queue) attempt(ctx, actx context.Context, r *Record, streak int, d *dra
 	if a.Err != nil {
 		r.LastError = redact.Error(a.Err)
 	}
-	q.observe(a.Class)
+	probeFailed := q.observe(a.Class)
 	if step.InDoubt { // ambiguous, resent by net/http, or a keyed 409
 		r.InDoubt = true
+	}
+	if probeFailed {
+		next, err := q.probed(r, step, now, d)
+		return next, nil, err
 	}
 	// Each branch reports what the queue does next, which the table's
 	// action only advises: its schedule may fail, expire or hold instead.
@@ -257,6 +261,21 @@ func (q *Queue) retryLater(ctx context.Context, r *Record, step *idem.Step, now 
 	}
 	d.tell(step, idem.ActionRetry, v.Wait)
 	return next, q.requeue(r, next)
+}
+
+// probed gives the leased r back after its attempt step, a probe of the
+// network that never reached it while the device is offline: r keeps its
+// attempts and its schedule, as if the probe had not been made, and what
+// it met (LastClass, LastError). Its lane is next due after the probe
+// interval, so that the next probe takes another lane if one is due, and
+// is judged again when a probe gets through (observe).
+func (q *Queue) probed(r *Record, step *idem.Step, now time.Time, d *drainEnd) (time.Time, error) {
+	d.tell(step, idem.ActionHold, 0)
+	r.unlease()
+	if err := q.requeue(r, r.NextAttempt); err != nil {
+		return now, err
+	}
+	return now.Add(q.opts.ProbeInterval), nil
 }
 
 // vetoed reports whether Options.Policy.Veto stops the retry the table

@@ -184,7 +184,7 @@ func TestDrainOfflineThenWake(t *testing.T) {
 	var ev events
 	// Backoff well under the first probe's delay: every record is due
 	// again before the drainer may probe.
-	p := idem.Policy{BaseDelay: offlineFirst / 10}
+	p := idem.Policy{BaseDelay: DefaultProbeInterval / 10}
 	q, _ := openTest(t, Options{now: clk.Now, Client: clientFor(s), Notify: ev.notify, Workers: 4, Policy: p})
 	q.sig.init()
 	ctx := waitCtx(t)
@@ -209,7 +209,7 @@ func TestDrainOfflineThenWake(t *testing.T) {
 	}
 	// Every record is due, and the first probe is not: offline, the
 	// drainer keeps polling and must not send them.
-	clk.Add(offlineFirst - time.Millisecond)
+	clk.Add(DefaultProbeInterval - time.Millisecond)
 	waitRest(t, q, clk.Now())
 	after := 0
 	for _, id := range ids {
@@ -232,49 +232,6 @@ func TestDrainOfflineThenWake(t *testing.T) {
 	}
 	assert.Equal(t, 6, s.TotalEffects())
 	assert.Equal(t, 1, ev.count(EventOnline))
-}
-
-func TestDrainOfflineProbes(t *testing.T) {
-	clk := newClock()
-	s := startServer(t, idemtest.Options{})
-	s.SetDown(true)
-	var ev events
-	q, _ := openTest(t, Options{now: clk.Now, Client: clientFor(s), Notify: ev.notify, Workers: 1})
-	id, err := q.Enqueue(waitCtx(t), post(t, s.URL()+"/payments", 1))
-	require.NoError(t, err)
-	run(t, q)
-	attempts := func() int { // settled attempts only: a lease counts before its result
-		r, err := q.Get(context.Background(), id)
-		require.NoError(t, err)
-		if r.State == InFlight {
-			return -1
-		}
-		return r.NumAttempts
-	}
-	step := func() { // move time past the record's backoff and the probe delay
-		clk.Add(10 * time.Minute)
-		q.poke()
-	}
-	require.Eventually(t, func() bool { return attempts() == 1 }, 5*time.Second, time.Millisecond)
-	for range offlineAfter - 1 {
-		n := attempts()
-		step()
-		require.Eventually(t, func() bool { return attempts() > n }, 5*time.Second, time.Millisecond)
-	}
-	require.Eventually(t, func() bool { return ev.count(EventOffline) == 1 }, 5*time.Second, time.Millisecond)
-	q.mu.Lock()
-	delay := q.offline.delay
-	q.mu.Unlock()
-	assert.Equal(t, offlineFirst, delay)
-
-	n := attempts()
-	step()
-	require.Eventually(t, func() bool { return attempts() > n }, 5*time.Second, time.Millisecond, "a probe after the delay")
-	require.Eventually(t, func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return q.offline.delay == 2*offlineFirst
-	}, 5*time.Second, time.Millisecond, "the probe delay grows")
 }
 
 func TestDrainUnauthorizedHoldsLane(t *testing.T) {

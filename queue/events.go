@@ -28,9 +28,11 @@ const (
 	// Wake.
 	EventLaneHeld
 	// EventOffline: attempts stopped reaching the network; the drainer
-	// probes with a growing delay until an attempt gets through or Wake.
+	// probes once each Options.ProbeInterval, at no record's cost, until a
+	// probe gets through or Wake (see the package doc).
 	EventOffline
-	// EventOnline: an attempt got through again.
+	// EventOnline: an attempt got through again; every lane is due again
+	// at once.
 	EventOnline
 	// EventClockHeld: the clock reads earlier than a time the queue has
 	// seen; no send until it catches up, since no horizon can be judged.

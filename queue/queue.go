@@ -23,6 +23,7 @@ const (
 	DefaultKeepSettled    = 7 * 24 * time.Hour
 	DefaultLockTimeout    = time.Second
 	DefaultClockTolerance = 5 * time.Minute
+	DefaultProbeInterval  = time.Second
 )
 
 // DefaultPolicy returns the backoff and attempt timeout a Queue gives the
@@ -96,6 +97,14 @@ type Options struct {
 	// the queue has seen before sends are held; 0 means
 	// DefaultClockTolerance.
 	ClockTolerance time.Duration
+	// ProbeInterval is how often the drainer probes while the device is
+	// offline: one attempt, that of a due lane's head, each interval, for
+	// the whole queue, so at most one dial per origin; the first record
+	// goes out within about an interval of the API answering again. 0
+	// means DefaultProbeInterval, 1 s: an hour offline costs 3,600 dials,
+	// and the lease and release of each probe, two commits (see the
+	// package doc).
+	ProbeInterval time.Duration
 	// ReadOnly opens the file only to read it, as an operator's tool does:
 	// the file must exist; nothing in it changes (records left in flight by
 	// a crash are shown in flight, damaged records are not quarantined,
@@ -157,6 +166,7 @@ func (o Options) withDefaults() (Options, error) {
 		{"Policy.MaxRetryAfter", int64(o.Policy.MaxRetryAfter)}, {"Policy.InFlightWindow", int64(o.Policy.InFlightWindow)},
 		{"MaxItems", int64(o.MaxItems)}, {"MaxBytes", o.MaxBytes}, {"MaxResultBody", int64(o.MaxResultBody)},
 		{"KeepSettled", int64(o.KeepSettled)}, {"LockTimeout", int64(o.LockTimeout)}, {"ClockTolerance", int64(o.ClockTolerance)},
+		{"ProbeInterval", int64(o.ProbeInterval)},
 	} {
 		if f.v < 0 {
 			return o, fmt.Errorf("%w: %s is negative (%d)", ErrInvalidOptions, f.name, f.v)
@@ -179,6 +189,7 @@ func (o Options) withDefaults() (Options, error) {
 	set(&o.KeepSettled, DefaultKeepSettled)
 	set(&o.LockTimeout, DefaultLockTimeout)
 	set(&o.ClockTolerance, DefaultClockTolerance)
+	set(&o.ProbeInterval, DefaultProbeInterval)
 	set(&o.idle, time.Second)
 	if o.Margin >= o.Retention {
 		return o, fmt.Errorf("%w: Margin %v must be less than Retention %v", ErrInvalidOptions, o.Margin, o.Retention)

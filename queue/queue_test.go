@@ -109,6 +109,7 @@ func TestOpenOptions(t *testing.T) {
 		{Options{Retention: time.Hour, Margin: time.Hour}, "Margin 1h0m0s must be less than Retention"},
 		{Options{Retention: time.Hour, Margin: 30 * time.Minute, Policy: idem.Policy{AttemptTimeout: 31 * time.Minute}}, "Policy.AttemptTimeout"},
 		{Options{MaxBytes: -5}, "MaxBytes is negative"},
+		{Options{ProbeInterval: -time.Second}, "ProbeInterval is negative"},
 	} {
 		_, err := Open(path, tt.opts)
 		assert.ErrorIs(t, err, ErrInvalidOptions)

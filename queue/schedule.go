@@ -249,13 +249,15 @@ func (q *Queue) workLane(ctx context.Context, l string) {
 	}
 }
 
-// observe feeds an attempt's class to offline detection. A request that
-// could not be sent as it is (ClassInvalid) says nothing of the network:
-// counting it either way would let one lane's bad requests flip the whole
-// queue offline and back while other lanes get through.
-func (q *Queue) observe(c idem.Class) {
+// observe feeds an attempt's class to offline detection and reports
+// whether the attempt was a probe that did not get through: never sent,
+// with the queue offline after it. A request that could not be sent as it
+// is (ClassInvalid) says nothing of the network: counting it either way
+// would let one lane's bad requests flip the whole queue offline and back
+// while other lanes get through.
+func (q *Queue) observe(c idem.Class) (probeFailed bool) {
 	if c == idem.ClassInvalid {
-		return
+		return false
 	}
 	var ev EventKind
 	now := q.now()
@@ -269,38 +271,46 @@ func (q *Queue) observe(c idem.Class) {
 		*o = offlineState{}
 	} else {
 		o.streak++
-		switch {
-		case o.on:
-			o.delay = min(2*o.delay, offlineMaxDelay)
-			o.until = now.Add(o.delay)
-		case o.streak >= offlineAfter:
-			o.on, o.delay = true, offlineFirst
-			o.until = now.Add(o.delay)
-			ev = EventOffline
+		if !o.on && o.streak >= offlineAfter {
+			o.on, ev = true, EventOffline
+		}
+		if o.on {
+			o.until, probeFailed = now.Add(q.opts.ProbeInterval), true
 		}
 	}
 	q.mu.Unlock()
+	if ev == EventOnline {
+		// The probes put back the lanes they took (see probed): every
+		// lane is judged again at once, each head by its own schedule.
+		if err := q.st.Schedule(q.drainCtx, RejudgeLanes, "", now); err != nil {
+			q.report(err)
+		}
+		q.poke()
+	}
 	if ev != 0 {
 		q.notify(Event{Kind: ev})
 	}
+	return probeFailed
 }
 
 // offlineState tracks whether the device looks offline: every recent
-// attempt was never sent. Offline, the drainer sends one probe at a time with
-// a growing delay instead of spending every record's attempts.
+// attempt was never sent. Offline is the device's state, not a record's:
+// the drainer sends one probe each Options.ProbeInterval, the attempt of a
+// due lane's head, and a probe that does not get through is given back to
+// its record (see probed), so that the outage costs no record an attempt
+// or a step of backoff, however long it lasts, and the interval need not
+// grow to spare them: it stays short, for a quick return.
 type offlineState struct {
-	streak  int           // never-sent attempts in a row
-	on      bool          // offline
-	until   time.Time     // no probe before
-	delay   time.Duration // the current probe delay
-	probing bool          // a probe is under way
+	streak  int       // never-sent attempts in a row
+	on      bool      // offline
+	until   time.Time // no probe before
+	probing bool      // a probe is under way
 }
 
-const (
-	offlineAfter    = 3 // never-sent attempts in a row before going offline
-	offlineFirst    = time.Second
-	offlineMaxDelay = time.Minute
-)
+// offlineAfter is how many never-sent attempts in a row make the queue
+// offline. They count as their records' attempts but the last: fewer would
+// let one unreachable host among reachable ones hold every lane back.
+const offlineAfter = 3
 
 // sweepEvery is how often a running drainer removes settled records past
 // Options.KeepSettled.

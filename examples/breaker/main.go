@@ -14,8 +14,9 @@
 // (errors.Is(err, gobreaker.ErrOpenState)), never Unknown. A queue reads
 // such attempts as it reads a network that is down: the record stays
 // pending, not in doubt, its key's retention not started; after a few in a
-// row the drainer probes once at a growing delay (queue.EventOffline), and
-// the probe that finds the breaker half-open gets through and closes it.
+// row the drainer probes once each queue.Options.ProbeInterval, at no
+// record's cost (queue.EventOffline), and the probe that finds the breaker
+// half-open gets through and closes it.
 //
 // The breaker sits above the limiter, so that a request it refuses spends
 // no token, and it does not count the limiter's refusals, which say nothing

@@ -287,6 +287,7 @@ func report(w io.Writer, s samples) {
 	row("fleet: drain rate, postgres 1 replica / bbolt", fmt.Sprintf(fleetDrain, "postgres-1"), fmt.Sprintf(fleetDrain, "bbolt"), "intents/s", target{}, false)
 	row("fleet: drain rate, postgres 3 replicas / bbolt", fmt.Sprintf(fleetDrain, "postgres-3"), fmt.Sprintf(fleetDrain, "bbolt"), "intents/s", target{}, false)
 	fleetRows(tw, s, row)
+	queueOutageRow(tw, s)
 	tw.Flush()
 
 	fmt.Fprintln(w)
@@ -315,6 +316,24 @@ func report(w io.Writer, s samples) {
 		}
 	}
 	tw.Flush()
+}
+
+// queueOutage is a device's queue behind an outage (issue 34).
+const queueOutage = "BenchmarkQueueOutage"
+
+// queueOutageRow adds BenchmarkQueueOutage's figures (issue 34): how soon
+// after its API answers again a device's queue sends, which should be
+// within 2 s, and what the outage cost in probes.
+func queueOutageRow(tw io.Writer, s samples) {
+	const label = "queue outage: first send after the API is back, ms"
+	t := target{max: 2000}
+	v, ok := s.median(queueOutage, "back-ms")
+	if !ok {
+		fmt.Fprintf(tw, "%s\tn/a\t%s\t\tmissing %s\n", label, t, short(queueOutage))
+		return
+	}
+	fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s probes/min offline, backlog drained in %s ms\n",
+		label, v, t, t.verdict(v), med(s, queueOutage, "probes/min"), med(s, queueOutage, "drain-ms"))
 }
 
 // fleetRows adds the ratios of BenchmarkFleetLatency and BenchmarkFleetTx

@@ -127,3 +127,22 @@ BenchmarkClientCost/op=GET/client=idem-do-2 	 1	 150 ns/op
 		t.Errorf("report does not use the paired ratio:\n%s", out.String())
 	}
 }
+
+// TestQueueOutageRow: BenchmarkQueueOutage's median time back is judged
+// against 2 s, with the probes it cost beside it.
+func TestQueueOutageRow(t *testing.T) {
+	const rounds = `BenchmarkQueueOutage-2 	 1	 0 ns/op	 400 back-ms	 150 drain-ms	 60.00 probes/min
+BenchmarkQueueOutage-2 	 1	 0 ns/op	 4000 back-ms	 4100 drain-ms	 18.00 probes/min
+BenchmarkQueueOutage-2 	 1	 0 ns/op	 3000 back-ms	 3100 drain-ms	 18.00 probes/min
+`
+	s := samples{}
+	if err := s.read(strings.NewReader(rounds)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	report(&out, s)
+	want := "queue outage: first send after the API is back, ms 3000 <= 2000.00 MISSED 18"
+	if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), want) {
+		t.Errorf("report lacks %q; got:\n%s", want, out.String())
+	}
+}
