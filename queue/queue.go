@@ -14,7 +14,7 @@ import (
 
 // Option defaults.
 const (
-	DefaultWorkers        = 4
+	DefaultWorkers        = 64
 	DefaultRetention      = 24 * time.Hour
 	DefaultMargin         = time.Hour
 	DefaultMaxItems       = 1_000_000
@@ -65,7 +65,14 @@ type Options struct {
 	// Retry-After; a longer demand fails the record. 0 means no limit but
 	// the horizon, which expires a record that could not be sent in time.
 	MaxRetryAfter time.Duration
-	// Workers is how many lanes drain in parallel; 0 means DefaultWorkers.
+	// Workers bounds how many records are sent at once. The drainer sends
+	// the head of every due lane at once, each from a goroutine of its own
+	// that lives while its lane has records due, up to Workers; a lane
+	// sends one record at a time whatever Workers is. 0 means
+	// DefaultWorkers (64). The Client's transport should keep as many idle
+	// connections to the API as Workers (http.Transport's
+	// MaxIdleConnsPerHost, 2 in http.DefaultTransport): else most
+	// connections are closed after each attempt and dialled again.
 	Workers int
 	// Retention is how long the server keeps an idempotency key; 0 means
 	// DefaultRetention (24 hours, Stripe's minimum). Ask the server's
