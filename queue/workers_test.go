@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -113,4 +114,47 @@ func TestWorkersFollowDueLanes(t *testing.T) {
 			assert.Equal(t, c.want, api.mostAtOnce(), "requests under way at once, the drain over")
 		})
 	}
+}
+
+// TestDefaultClientKeepsAConnectionAWorker: a Queue's own Client (Options
+// Client nil) keeps an idle connection to the API for each worker, so 64
+// lanes drained at once reuse their connections instead of closing all but
+// two after each attempt (http.DefaultTransport's MaxIdleConnsPerHost) and
+// dialling again. The bound, 3 connections a lane for 10 records a lane,
+// is far above the few a race between a dial and a connection coming back
+// adds, and far below the one a record the old client needed.
+func TestDefaultClientKeepsAConnectionAWorker(t *testing.T) {
+	const lanes, perLane = 64, 10
+	var mu sync.Mutex // guards conns
+	conns := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	q, _ := openTest(t, Options{})
+	ctx := waitCtx(t)
+	var ids []ID
+	for i := range lanes * perLane {
+		id, err := q.Enqueue(ctx, post(t, srv.URL+"/payments", i, idem.WithLane(fmt.Sprint("lane-", i%lanes))))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	run(t, q)
+	for _, id := range ids {
+		r, err := q.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, Done, r.State)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d connections for %d records in %d lanes", conns, lanes*perLane, lanes)
+	assert.LessOrEqual(t, conns, 3*lanes, "connections the API saw for %d records in %d lanes", lanes*perLane, lanes)
 }
