@@ -118,9 +118,9 @@ func TestWorkersFollowDueLanes(t *testing.T) {
 
 // TestDefaultClientKeepsAConnectionAWorker: a Queue's own Client (Options
 // Client nil) keeps an idle connection to the API for each worker, so 64
-// lanes drained at once reuse their connections instead of closing all but
-// two after each attempt (http.DefaultTransport's MaxIdleConnsPerHost) and
-// dialling again. The bound, 3 connections a lane for 10 records a lane,
+// lanes drained at once by 64 workers reuse their connections instead of
+// closing all but two after each attempt (http.DefaultTransport's
+// MaxIdleConnsPerHost) and dialling again. The bound, 3 connections a lane for 10 records a lane,
 // is far above the few a race between a dial and a connection coming back
 // adds, and far below the one a record the old client needed.
 func TestDefaultClientKeepsAConnectionAWorker(t *testing.T) {
@@ -139,7 +139,7 @@ func TestDefaultClientKeepsAConnectionAWorker(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	q, _ := openTest(t, Options{})
+	q, _ := openTest(t, Options{Workers: lanes})
 	ctx := waitCtx(t)
 	var ids []ID
 	for i := range lanes * perLane {
