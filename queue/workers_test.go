@@ -140,19 +140,11 @@ func TestDefaultClientKeepsAConnectionAWorker(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	q, _ := openTest(t, Options{Workers: lanes})
-	ctx := waitCtx(t)
-	var ids []ID
-	for i := range lanes * perLane {
-		id, err := q.Enqueue(ctx, post(t, srv.URL+"/payments", i, idem.WithLane(fmt.Sprint("lane-", i%lanes))))
-		require.NoError(t, err)
-		ids = append(ids, id)
+	names := make([]string, lanes*perLane)
+	for i := range names {
+		names[i] = fmt.Sprint("lane-", i%lanes)
 	}
-	run(t, q)
-	for _, id := range ids {
-		r, err := q.Wait(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, Done, r.State)
-	}
+	drainLanes(t, q, srv.URL, names...)
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("%d connections for %d records in %d lanes", conns, lanes*perLane, lanes)
