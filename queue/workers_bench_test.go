@@ -81,13 +81,13 @@ func workersName(w int) string {
 }
 
 // lastCommit returns the ID of the last commit of q's file.
-func lastCommit(b *testing.B, q *Queue) int {
+func lastCommit(tb testing.TB, q *Queue) int {
 	var id int
 	if err := q.st.(*boltStore).db.View(func(tx *bolt.Tx) error {
 		id = tx.ID()
 		return nil
 	}); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return id
 }

@@ -7,9 +7,11 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/idem-go/idem"
 )
@@ -149,4 +151,56 @@ func TestDefaultClientKeepsAConnectionAWorker(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("%d connections for %d records in %d lanes", conns, lanes*perLane, lanes)
 	assert.LessOrEqual(t, conns, 3*lanes, "connections the API saw for %d records in %d lanes", lanes*perLane, lanes)
+}
+
+// TestSettlesShareCommits: the settles of records that different workers
+// sent go through the file's group commit (see group), as enqueues do: with
+// a commit under way, eight workers' settles wait together and the next
+// commit carries them all.
+func TestSettlesShareCommits(t *testing.T) {
+	const lanes = 8
+	api, target := newHeldAPI(t)
+	q, _ := openTest(t, Options{Client: &idem.Client{}})
+	st := q.st.(*boltStore)
+	ctx := waitCtx(t)
+	ids := make([]ID, lanes)
+	for i := range ids {
+		id, err := q.Enqueue(ctx, post(t, target, i, idem.WithLane(fmt.Sprint("lane-", i))))
+		require.NoError(t, err)
+		ids[i] = id
+	}
+	run(t, q)
+	for range lanes { // every record sent, its answer held
+		select {
+		case <-api.arrived:
+		case <-ctx.Done():
+			t.Fatal("fewer requests reached the API than lanes")
+		}
+	}
+
+	// A commit under way, held open, keeps the settles waiting.
+	inside, unblock, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		held <- st.commits.do(st.db, func(*bolt.Tx) error {
+			close(inside)
+			<-unblock
+			return nil
+		})
+	}()
+	<-inside
+	before := lastCommit(t, q)
+	api.let()
+	require.Eventually(t, func() bool { // each worker's settle waits for the next commit
+		st.commits.mu.Lock()
+		defer st.commits.mu.Unlock()
+		return len(st.commits.queued) == lanes
+	}, signalWait, time.Millisecond)
+	close(unblock)
+	require.NoError(t, <-held)
+	for _, id := range ids {
+		r, err := q.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, Done, r.State)
+	}
+	assert.Equal(t, 2, lastCommit(t, q)-before, "commits: the one held open, then one for the %d settles", lanes)
 }
