@@ -31,6 +31,9 @@
 //	                   Update (1) and Batch (64); with supplied keys; and with
 //	                   producers that spend 50µs of CPU on each item.
 //	BenchmarkDrain     enqueue-all to all-settled against a loopback server.
+//	BenchmarkDrainLatency  a backlog of 64 lanes x 100 records drained to a
+//	                   server behind a latency proxy 50 ms away, with 4
+//	                   workers and with the default options.
 //	BenchmarkEnqueueDepth  single-producer Enqueue with 1k, 100k and 1M
 //	                   records queued, and the process's memory then.
 //	BenchmarkFleetLatency  drain rates through latency proxies

@@ -169,10 +169,10 @@ func BenchmarkEnqueue(b *testing.B) {
 // BenchmarkDrain measures a queue from enqueue-all to all-settled: b.N
 // intents enqueued by 64 producers while the drainer runs, sent to a
 // loopback server that answers 201 at once. One lane delivers one record at
-// a time; 64 lanes drain in parallel over the default workers, and over a
-// worker a lane.
+// a time; 64 lanes drain in parallel with the default options (a worker a
+// due lane, up to 64) and with 4 workers, the default before issue 34.
 func BenchmarkDrain(b *testing.B) {
-	for _, c := range []struct{ lanes, workers int }{{1, 0}, {64, 0}, {64, 64}} {
+	for _, c := range []struct{ lanes, workers int }{{1, 0}, {64, 0}, {64, 4}} {
 		lanes := c.lanes
 		name := fmt.Sprintf("lanes=%d", lanes)
 		if c.workers > 0 {
@@ -191,25 +191,7 @@ func BenchmarkDrain(b *testing.B) {
 			for i := range intents {
 				intents[i] = newIntent(b, url, "lane-"+strconv.Itoa(i%lanes))
 			}
-			var settled, failed atomic.Int64
-			all := make(chan struct{})
-			tr := newTransport(nil)
-			defer tr.CloseIdleConnections()
-			q := openQueue(b, filepath.Join(b.TempDir(), "q.db"), queue.Options{
-				Workers: c.workers,
-				Client:  &idem.Client{HTTPClient: &http.Client{Transport: tr}},
-				Notify: func(e queue.Event) {
-					if e.Kind != queue.EventSettled {
-						return
-					}
-					if e.Record.State != queue.Done {
-						failed.Add(1)
-					}
-					if settled.Add(1) == int64(b.N) {
-						close(all)
-					}
-				},
-			})
+			q, settled := openDrainQueue(b, c.workers, b.N)
 			defer q.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -224,19 +206,49 @@ func BenchmarkDrain(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			select {
-			case <-all:
-			case <-time.After(10 * time.Minute):
-				b.Fatalf("%d of %d settled after 10 minutes", settled.Load(), b.N)
-			}
+			settled()
 			elapsed := time.Since(start)
 			b.StopTimer()
-			if n := failed.Load(); n > 0 {
-				b.Fatalf("%d records settled other than done", n)
-			}
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "intents/s")
 			b.ReportMetric(float64(served.Load())/float64(b.N), "attempts/op")
 		})
+	}
+}
+
+// openDrainQueue opens a queue with workers (0: the default) that sends
+// through a transport of its own, closed with the benchmark, and returns
+// it with settled, which waits until n records are settled and fails the
+// benchmark if one is not done, or if they are not all settled within 10
+// minutes.
+func openDrainQueue(b *testing.B, workers, n int) (*queue.Queue, func()) {
+	var count, failed atomic.Int64
+	all := make(chan struct{})
+	tr := newTransport(nil)
+	b.Cleanup(tr.CloseIdleConnections)
+	q := openQueue(b, filepath.Join(b.TempDir(), "q.db"), queue.Options{
+		Workers: workers,
+		Client:  &idem.Client{HTTPClient: &http.Client{Transport: tr}},
+		Notify: func(e queue.Event) {
+			if e.Kind != queue.EventSettled {
+				return
+			}
+			if e.Record.State != queue.Done {
+				failed.Add(1)
+			}
+			if count.Add(1) == int64(n) {
+				close(all)
+			}
+		},
+	})
+	return q, func() {
+		select {
+		case <-all:
+		case <-time.After(10 * time.Minute):
+			b.Fatalf("%d of %d settled after 10 minutes", count.Load(), n)
+		}
+		if f := failed.Load(); f > 0 {
+			b.Fatalf("%d records settled other than done", f)
+		}
 	}
 }
 
@@ -297,14 +309,7 @@ func queueAtDepth(b *testing.B, depth int) *queue.Queue {
 	if more := depth - counts[queue.Pending]; more > 0 {
 		start := time.Now()
 		ctx := context.Background()
-		err = produce(64, more, func(int) error {
-			in, err := buildIntent(queueURL, idem.WithLane(""))
-			if err != nil {
-				return err
-			}
-			_, err = q.Enqueue(ctx, in)
-			return err
-		})
+		err = enqueueAll(ctx, q, more, queueURL, func(int) string { return "" })
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -312,6 +317,19 @@ func queueAtDepth(b *testing.B, depth int) *queue.Queue {
 		b.Logf("queued %s intents with 64 producers in %v (%.0f/s)", fmtCount(more), el.Round(time.Millisecond), float64(more)/el.Seconds())
 	}
 	return q
+}
+
+// enqueueAll queues n POSTs to url on q from 64 producers, the i-th in
+// lane(i).
+func enqueueAll(ctx context.Context, q *queue.Queue, n int, url string, lane func(i int) string) error {
+	return produce(64, n, func(i int) error {
+		in, err := buildIntent(url, idem.WithLane(lane(i)))
+		if err != nil {
+			return err
+		}
+		_, err = q.Enqueue(ctx, in)
+		return err
+	})
 }
 
 func sum(counts map[queue.State]int) int {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark of bench/ in full, writes the raw output under
 # results/<UTC time>/, compares with benchstat and prints the ratios the
-# project is judged on. About 35 minutes on 2 cores, most of it the outage
+# project is judged on. About 40 minutes on 2 cores, most of it the outage
 # windows, the fleet under latency and the 1M-record prefill.
 #
 # Each comparison runs in rounds: one process per round runs every client (or
@@ -11,6 +11,8 @@
 # Environment:
 #   COUNT=10         rounds of the overhead, enqueue and depth benchmarks
 #   SLOW_COUNT=6     rounds of the fault, outage and drain benchmarks
+#   LAT_COUNT=3      rounds of the drain behind a 50 ms API (BenchmarkDrainLatency,
+#                    about 1.5 minutes a round, most of it the 4 workers' drain)
 #   OUTAGE=10s       each client's outage window, and the queue's
 #                    (BenchmarkQueueOutage: how soon it sends once the API
 #                    is back, its probes a minute offline)
@@ -37,6 +39,7 @@ cd "$(dirname "$0")"
 
 COUNT=${COUNT:-10}
 SLOW_COUNT=${SLOW_COUNT:-6}
+LAT_COUNT=${LAT_COUNT:-3}
 OUTAGE=${OUTAGE:-10s}
 DEPTHS=${DEPTHS:-1k,100k,1M}
 PROFILES=${PROFILES:-1}
@@ -68,7 +71,7 @@ log() { printf '== %s  load %s  %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1 /p
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
 	echo "uncommitted files: $(git status --porcelain -- .. 2>/dev/null | wc -l)"
 	echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "settings: COUNT=$COUNT SLOW_COUNT=$SLOW_COUNT OUTAGE=$OUTAGE DEPTHS=$DEPTHS FLEET_COUNT=$FLEET_COUNT FLEET_N=$FLEET_N PHASES=$PHASES"
+	echo "settings: COUNT=$COUNT SLOW_COUNT=$SLOW_COUNT LAT_COUNT=$LAT_COUNT OUTAGE=$OUTAGE DEPTHS=$DEPTHS FLEET_COUNT=$FLEET_COUNT FLEET_N=$FLEET_N PHASES=$PHASES"
 } | tee "$out/machine.txt"
 
 log "building"
@@ -125,6 +128,8 @@ fi
 if phase drain; then
 	log "drain: $SLOW_COUNT rounds"
 	rounds "$SLOW_COUNT" drain.txt -test.bench '^BenchmarkDrain$' -test.benchtime 1s
+	log "drain behind a 50 ms API: $LAT_COUNT rounds of 64 lanes x 100 records, 4 workers and the default"
+	rounds "$LAT_COUNT" drain.txt -test.bench '^BenchmarkDrainLatency$' -test.benchtime 1x
 fi
 
 if phase fault; then

@@ -84,7 +84,7 @@ func (st *store) TakeDue(ctx context.Context, _ time.Time, n int) ([]string, tim
 }
 
 // takeDueSQL returns the statement that takes up to n due lanes (see
-// takeDueSQLs): beyond 32, the limit is $5, a parameter.
+// takeDueSQLs): beyond queue.DefaultWorkers, the limit is $5, a parameter.
 func takeDueSQL(n int) string {
 	if n > len(takeDueSQLs) {
 		return takeDueSQLFmt("$5")
@@ -97,9 +97,10 @@ func takeDueSQL(n int) string {
 // for its generic plan stays above its plans for the values given, so it
 // plans the statement anew on every call, which took it longer than the
 // statement ran. With the limit written, it keeps the generic plan after
-// five calls. A queue asks for at most as many lanes as it has workers.
+// five calls. A queue asks for at most as many lanes as it has workers
+// free: up to queue.DefaultWorkers with the default options.
 var takeDueSQLs = func() []string {
-	sqls := make([]string, 32)
+	sqls := make([]string, queue.DefaultWorkers)
 	for i := range sqls {
 		sqls[i] = takeDueSQLFmt(strconv.Itoa(i + 1))
 	}

@@ -28,7 +28,10 @@
 //
 // Lanes order delivery: records of one lane (Intent.Lane, say a resource)
 // go one at a time in enqueue order, and a lane whose head must wait blocks
-// only itself; lanes drain in parallel. The default lane is one FIFO.
+// only itself; lanes drain in parallel. The drainer sends the head of every
+// due lane at once, up to Options.Workers (64 by default); in the bbolt
+// file the settles of different lanes share commits as concurrent enqueues
+// do. The default lane is one FIFO.
 //
 // Open keeps the records in one bbolt file; New takes any other Store, such
 // as package pgqueue's, which keeps them in PostgreSQL for several replicas.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -14,7 +15,7 @@ import (
 
 // Option defaults.
 const (
-	DefaultWorkers        = 4
+	DefaultWorkers        = 64
 	DefaultRetention      = 24 * time.Hour
 	DefaultMargin         = time.Hour
 	DefaultMaxItems       = 1_000_000
@@ -40,7 +41,12 @@ type Options struct {
 	// Client sends the attempts: its HTTPClient, Authorize hook, key header
 	// and format, DeletePolicy, Logger and OnAttempt apply, and its Stats
 	// count the attempts. Its Policy and Budget do not: the queue keeps its
-	// own schedule, by Policy. If nil, a zero idem.Client is used.
+	// own schedule, by Policy. If nil, the Queue makes its own: a zero
+	// idem.Client whose HTTPClient has http.DefaultTransport's settings
+	// but keeps Workers idle connections a host (see Workers), closed by
+	// Close; or, if the application replaced http.DefaultTransport with
+	// another kind of RoundTripper, a zero idem.Client, which sends
+	// through it.
 	Client *idem.Client
 	// Policy shapes the attempts of each record as a Client's Policy shapes
 	// a call's, spread over minutes and hours: BaseDelay and MaxDelay the
@@ -66,7 +72,14 @@ type Options struct {
 	// Retry-After; a longer demand fails the record. 0 means no limit but
 	// the horizon, which expires a record that could not be sent in time.
 	MaxRetryAfter time.Duration
-	// Workers is how many lanes drain in parallel; 0 means DefaultWorkers.
+	// Workers bounds how many records are sent at once. The drainer sends
+	// the head of every due lane at once, up to Workers: a worker is a
+	// goroutine started for a due lane, not one of a pool, so three due
+	// lanes make three requests at once, and a lane sends one record at a
+	// time whatever Workers is. 0 means DefaultWorkers (64). A Client the
+	// caller gives should keep as many idle connections to the API
+	// (http.Transport's MaxIdleConnsPerHost, 2 in http.DefaultTransport):
+	// else most of them are closed after each attempt and dialled again.
 	Workers int
 	// Retention is how long the server keeps an idempotency key; 0 means
 	// DefaultRetention (24 hours, Stripe's minimum). Ask the server's
@@ -112,6 +125,7 @@ type Options struct {
 	// work and every call that would write returns ErrReadOnly. Several
 	// read-only Queues may share a file, but not with a Queue that writes:
 	// each waits Options.LockTimeout for the other, then gives ErrLocked.
+	// False opens the file to read and write, creating it if need be.
 	ReadOnly bool
 	// Notify, if not nil, is called for every Event, one call at a time, in
 	// the order the events were made, from a goroutine of the Queue's own,
@@ -122,7 +136,8 @@ type Options struct {
 	// once Notify has returned for its EventSettled (one that finds it settled
 	// returns at once), so a Wait inside Notify for a record not yet settled
 	// waits until its context ends or Close. Notify may call any method, Close
-	// included (see Close for what it waits for).
+	// included (see Close for what it waits for). Nil means no events are
+	// delivered; Wait still works.
 	Notify func(Event)
 	// NotifyRemote, for a store that several processes share (package
 	// pgqueue's), makes a running drainer also report the records the
@@ -132,7 +147,8 @@ type Options struct {
 	// (Remote false) and the others (Remote true). Count from events with
 	// Remote false only, and a fleet counts each record once. Remote
 	// events are best effort (see StoreInfo.Settles); the store itself is the
-	// record. A store of one process has no remote events.
+	// record. A store of one process has no remote events. False means a
+	// drainer reports only the records its own Queue settled.
 	NotifyRemote bool
 	// SalvageDamaged, if not nil, makes Open recover a file whose structure
 	// is damaged, or that lacks commits the queue acknowledged, instead of
@@ -151,6 +167,10 @@ type Options struct {
 	rand     func() float64
 	openFile func(string, int, os.FileMode) (*os.File, error)
 	idle     time.Duration // longest drainer sleep; 0 means one second
+
+	// transport is the one of the Client withDefaults made, nil if the
+	// caller gave one: the Queue closes its idle connections.
+	transport *http.Transport
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -211,6 +231,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Client == nil {
 		o.Client = &idem.Client{}
+		if o.transport = workersTransport(o.Workers); o.transport != nil {
+			o.Client.HTTPClient = &http.Client{Transport: o.transport}
+		}
 	}
 	if o.now == nil {
 		o.now = time.Now
@@ -219,6 +242,23 @@ func (o Options) withDefaults() (Options, error) {
 		o.rand = rand.Float64
 	}
 	return o, nil
+}
+
+// workersTransport returns a transport with http.DefaultTransport's
+// settings that keeps an idle connection a host for each of workers: with
+// DefaultTransport's two, the drainer's workers sending to one API at once
+// would close most connections after each attempt and dial them again.
+// It returns nil when http.DefaultTransport is not an *http.Transport: an
+// application that replaced it (to instrument it, say) keeps it.
+func workersTransport(workers int) *http.Transport {
+	d, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return nil
+	}
+	tr := d.Clone()
+	tr.MaxIdleConnsPerHost = workers
+	tr.MaxIdleConns = max(tr.MaxIdleConns, workers)
+	return tr
 }
 
 // refuseCallLimits names a limit of idem.Policy that is set in o.Policy: a
@@ -408,6 +448,9 @@ func (q *Queue) shutDown() error {
 		delete(q.waiters, id)
 	}
 	q.mu.Unlock()
+	if tr := q.opts.transport; tr != nil {
+		tr.CloseIdleConnections()
+	}
 	return q.st.Close()
 }
 

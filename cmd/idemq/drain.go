@@ -70,7 +70,7 @@ otherwise; the summary goes to stdout.`,
 	f.horizon.add(fl)
 	fl.DurationVar(&f.maxAge, "max-age", 0, "the application's Options.MaxAge (0: no limit)")
 	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "the application's Options.MaxAttempts (0: no limit but the horizon)")
-	fl.IntVar(&f.workers, "workers", queue.DefaultWorkers, "lanes drained in parallel")
+	fl.IntVar(&f.workers, "workers", queue.DefaultWorkers, "most records sent at once, one a due lane")
 	fl.DurationVar(&f.timeout, "timeout", queue.DefaultPolicy().MaxDelay, "give up after this long (the default lets a record at the longest backoff go once more)")
 	fl.StringVar(&f.keyHeader, "key-header", idem.DefaultKeyHeader, "the header carrying the key: the application's Client.KeyHeader")
 	fl.StringVar(&f.keyFormat, "key-format", "plain", "how the key is written: plain or sf-string (the application's Client.KeySFString)")

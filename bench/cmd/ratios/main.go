@@ -172,6 +172,9 @@ const (
 	fleetDrain = "BenchmarkFleetDrain/%s"
 	fleetLat   = "BenchmarkFleetLatency/latency=%s/impl=%s"
 	fleetTx    = "BenchmarkFleetTx/latency=%s"
+	// drainLatency is BenchmarkDrainLatency, outside smoke mode, by its
+	// Workers: 4 or default.
+	drainLatency = "BenchmarkDrainLatency/lanes=64/records=100/workers="
 	// enqueueMany is pgqueue's BenchmarkEnqueueMany: many=N or single=N.
 	enqueueMany = "BenchmarkEnqueueMany/%s"
 )
@@ -242,7 +245,7 @@ func report(w io.Writer, s samples) {
 	for _, l := range []struct {
 		lanes, drain string
 		producers    int
-	}{{"1 lane", "lanes=1", 1}, {"64 lanes", "lanes=64", 64}, {"64 lanes, a worker each", "lanes=64/workers=64", 64}} {
+	}{{"1 lane", "lanes=1", 1}, {"64 lanes", "lanes=64", 64}, {"64 lanes, 4 workers (old default)", "lanes=64/workers=4", 64}} {
 		t := target{min: 0.5}
 		if strings.Contains(l.drain, "workers") {
 			t = target{}
@@ -258,6 +261,15 @@ func report(w io.Writer, s samples) {
 		v := d / (1e9 / e)
 		fmt.Fprintf(tw, "%s\t%.3fx\t%s\t%s\t%s intents/s / %s intents/s\n", label, v, t, t.verdict(v), fmtV(d), fmtV(1e9/e))
 	}
+	// Issue 34: a worker a due lane by default, against the 4 of before.
+	row("drain rate, 64 lanes, default / 4 workers", "BenchmarkDrain/lanes=64", "BenchmarkDrain/lanes=64/workers=4", "intents/s", target{}, false)
+	if v, ok := s.median(drainLatency+"default", "ideal-x"); ok {
+		t := target{max: 2}
+		fmt.Fprintf(tw, "drain 64x100 behind a 50 ms API, default: time / ideal\t%.3fx\t%s\t%s\t%s s / (100 x 50 ms)\n", v, t, t.verdict(v), med(s, drainLatency+"default", "drain-s"))
+	} else {
+		fmt.Fprintf(tw, "drain 64x100 behind a 50 ms API, default: time / ideal\tn/a\t<= 2.00\t\tmissing %s\n", short(drainLatency+"default"))
+	}
+	row("drain 64x100 behind a 50 ms API, time, 4 workers / default", drainLatency+"4", drainLatency+"default", "drain-s", target{}, false)
 	for _, d := range depths(s) {
 		if d == "1k" {
 			continue
@@ -309,7 +321,7 @@ func report(w io.Writer, s samples) {
 		n := fmt.Sprintf(depth, d)
 		fmt.Fprintf(tw, "%s queued\t%s\t%s\t%s\t%s\t%s\t\n", d, med(s, n, "ns/op"), med(s, n, "rss-MB"), med(s, n, "heap-MB"), med(s, n, "sys-MB"), med(s, n, "file-MB"))
 	}
-	for _, l := range []string{"1", "64", "64/workers=64"} {
+	for _, l := range []string{"1", "64", "64/workers=4"} {
 		n := "BenchmarkDrain/lanes=" + l
 		if _, ok := s.median(n, "intents/s"); ok {
 			fmt.Fprintf(tw, "drain, %s lane(s)\t%s\t%s intents/s\t\t\t\t\n", l, med(s, n, "ns/op"), med(s, n, "intents/s"))

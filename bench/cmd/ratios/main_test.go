@@ -19,6 +19,9 @@ BenchmarkEnqueueDepth/depth=1k-2  	     300	   1000 ns/op	         1.000 file-MB
 BenchmarkEnqueueDepth/depth=1M-2  	     300	   1400 ns/op	       500.0 file-MB
 BenchmarkEnqueue/impl=queue/producers=64-2     	     100	   1000 ns/op
 BenchmarkDrain/lanes=64-2     	     100	   1000 ns/op	  250000 intents/s
+BenchmarkDrain/lanes=64/workers=4-2     	     100	   4000 ns/op	  50000 intents/s
+BenchmarkDrainLatency/lanes=64/records=100/workers=4-2	1	80000000000 ns/op	80.0 drain-s	16.0 ideal-x	80 intents/s
+BenchmarkDrainLatency/lanes=64/records=100/workers=default-2	1	6000000000 ns/op	6.0 drain-s	1.2 ideal-x	1066 intents/s
 BenchmarkBusinessTx-2   	    1000	   1264883 ns/op	       500.0 intent-us	       200.0 plain-us	         1.000 round-trips/op	       300.0 roundtrip-us
 BenchmarkEnqueueMany/many=1000-2	1	1 ns/op	10.0 record-us
 BenchmarkEnqueueMany/many=100000-2	1	1 ns/op	20.0 record-us
@@ -72,6 +75,10 @@ func TestReport(t *testing.T) {
 		{"enqueue", "time", "at", "1M", "/", "at", "1k", "queued", "1.400x", "<=", "1.50", "met"},
 		{"drain", "rate,", "1", "lane", "/", "1-producer", "enqueue", "rate", "n/a"},
 		{"drain", "rate,", "64", "lanes", "/", "64-producer", "enqueue", "rate", "0.250x", ">=", "0.50", "MISSED"},
+		{"drain", "rate,", "64", "lanes,", "4", "workers", "(old", "default)", "/", "64-producer", "enqueue", "rate", "0.050x"},
+		{"drain", "rate,", "64", "lanes,", "default", "/", "4", "workers", "5.000x"},
+		{"drain", "64x100", "behind", "a", "50", "ms", "API,", "default:", "time", "/", "ideal", "1.200x", "<=", "2.00", "met"},
+		{"drain", "64x100", "behind", "a", "50", "ms", "API,", "time,", "4", "workers", "/", "default", "13.333x"},
 		{"fleet:", "EnqueueTx", "round", "trips", "added", "to", "a", "business", "tx", "1.0000", "<=", "1.00", "met"},
 		{"fleet:", "EnqueueTx", "time", "added", "/", "one", "round", "trip's", "3.000x"},
 		{"fleet:", "business", "tx", "with", "intent", "/", "plain,", "time", "2.500x"},
