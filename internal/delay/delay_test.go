@@ -1,6 +1,7 @@
 package delay
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -74,11 +75,11 @@ func TestBackoff(t *testing.T) {
 		{1, 0, 100 * ms},   // lowest
 		{1, 0.999, 299800 * time.Microsecond},
 		{6, 0.5, 6400 * ms},
-		{7, 0.5, 10 * time.Second},       // capped before jitter
-		{7, 0.0, 5 * time.Second},        // jitter below the cap stays
-		{7, 0.99, 10 * time.Second},      // and above is capped
-		{1000, 0.5, 10 * time.Second},    // no overflow for large counts
-		{1 << 40, 0.5, 10 * time.Second}, // nor a long loop
+		{7, 0.5, 10 * time.Second},           // capped before jitter
+		{7, 0.0, 5 * time.Second},            // jitter below the cap stays
+		{7, 0.99, 10 * time.Second},          // and above is capped
+		{1000, 0.5, 10 * time.Second},        // no overflow for large counts
+		{math.MaxInt, 0.5, 10 * time.Second}, // nor a long loop (on 32-bit too)
 	}
 	for _, tt := range tests {
 		got := Backoff(base, max, tt.n, tt.r)
@@ -87,7 +88,7 @@ func TestBackoff(t *testing.T) {
 	assert.Equal(t, 2*time.Second, Backoff(time.Second, 3*time.Second, 2, 0.5))
 	assert.Equal(t, 3*time.Second, Backoff(time.Second, 3*time.Second, 3, 0.5))
 	assert.Equal(t, 3*time.Second, Backoff(5*time.Second, 3*time.Second, 1, 0.5), "a base over the cap is capped")
-	assert.Zero(t, Backoff(0, time.Second, 1<<40, 0.5), "a zero base stays zero, without a long loop")
+	assert.Zero(t, Backoff(0, time.Second, math.MaxInt, 0.5), "a zero base stays zero, without a long loop")
 }
 
 // TestBackoffIsBackoffV4: Backoff's step n is the n-th value of the

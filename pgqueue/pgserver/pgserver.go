@@ -6,7 +6,8 @@
 // It uses the server binaries of the machine (Debian's postgresql package
 // puts them in /usr/lib/postgresql/*/bin). The server refuses to run as
 // root, so a root process runs it as the postgres user, or nobody. On Linux
-// the server stops when the process that started it dies.
+// the server stops when the process that started it dies. It runs on Unix
+// only: on Windows, Start returns an error wrapping errors.ErrUnsupported.
 package pgserver
 
 import (
@@ -21,7 +22,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,13 +47,17 @@ type Server struct {
 }
 
 // Start makes a cluster and starts its server, ready for connections as
-// the superuser postgres. Call Stop when done.
+// the superuser postgres. Call Stop when done. On Windows it returns an
+// error that wraps errors.ErrUnsupported.
 func Start() (*Server, error) {
+	if err := supported(); err != nil {
+		return nil, err
+	}
 	bin, ok := binaries()
 	if !ok {
 		return nil, ErrNoBinaries
 	}
-	cred, err := runAs()
+	as, err := runAs()
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +66,7 @@ func Start() (*Server, error) {
 		return nil, fmt.Errorf("pgserver: %w", err)
 	}
 	s := &Server{dir: dir, conn: connString(dir)}
-	if err := s.start(bin, cred); err != nil {
+	if err := s.start(bin, as); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -78,9 +82,9 @@ func connString(dir string) string {
 	return "postgres:///postgres?" + q.Encode()
 }
 
-func (s *Server) start(bin string, cred *syscall.Credential) error {
-	if cred != nil {
-		if err := os.Chown(s.dir, int(cred.Uid), int(cred.Gid)); err != nil {
+func (s *Server) start(bin string, as *account) error {
+	if as != nil {
+		if err := os.Chown(s.dir, int(as.uid), int(as.gid)); err != nil {
 			return fmt.Errorf("pgserver: %w", err)
 		}
 	}
@@ -88,7 +92,7 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 		return fmt.Errorf("pgserver: %w", err)
 	}
 	data := filepath.Join(s.dir, "data")
-	initdb := s.command(bin, "initdb", cred, "-D", data, "-A", "trust", "-U", "postgres",
+	initdb := s.command(bin, "initdb", as, "-D", data, "-A", "trust", "-U", "postgres",
 		"-E", "UTF8", "--no-locale", "--no-sync", "--no-instructions")
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("pgserver: initdb: %v\n%s", err, out)
@@ -98,7 +102,7 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 		return fmt.Errorf("pgserver: %w", err)
 	}
 	defer log.Close() // the server has its own descriptor
-	s.cmd = s.command(bin, "postgres", cred, "-D", data, "-k", s.dir, "-p", port,
+	s.cmd = s.command(bin, "postgres", as, "-D", data, "-k", s.dir, "-p", port,
 		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "shared_buffers=128MB")
 	s.cmd.Stdout, s.cmd.Stderr = log, log
@@ -113,12 +117,11 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 	return s.waitReady()
 }
 
-// command runs bin/name as cred, in its own process group so that Ctrl-C
-// reaches the caller, which stops the server, and not the server mid-use; and interrupted (a fast shutdown) if the caller dies.
-func (s *Server) command(bin, name string, cred *syscall.Credential, args ...string) *exec.Cmd {
+// command runs bin/name as as (sysProcAttr says how).
+func (s *Server) command(bin, name string, as *account, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(bin, name), args...)
-	cmd.Dir = s.dir // the caller's may be closed to cred's user
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
+	cmd.Dir = s.dir // the caller's may be closed to as's user
+	cmd.SysProcAttr = sysProcAttr(as)
 	return cmd
 }
 
@@ -160,7 +163,7 @@ func (s *Server) Stop() {
 			select {
 			case <-s.exited:
 			case <-time.After(stopTimeout):
-				_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+				_ = killGroup(s.cmd.Process)
 				<-s.exited
 			}
 		}
@@ -192,10 +195,13 @@ func binaries() (string, bool) {
 	return filepath.Dir(initdb), true
 }
 
+// account is a user to run the server as.
+type account struct{ uid, gid uint32 }
+
 // runAs returns whom to run the server as: nil for ourselves, but the
 // server refuses to run as root, so root runs it as postgres, or as nobody
 // where there is no such user.
-func runAs() (*syscall.Credential, error) {
+func runAs() (*account, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
@@ -214,6 +220,5 @@ func runAs() (*syscall.Credential, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgserver: user %s: %w", u.Username, err)
 	}
-	// Groups left empty: the server drops root's supplementary groups too.
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	return &account{uid: uint32(uid), gid: uint32(gid)}, nil
 }
