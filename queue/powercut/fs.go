@@ -56,6 +56,9 @@ type FS struct {
 
 	server *fuse.Server
 	dir    string
+	// onOff, if set, is told when the power goes off, with the number of
+	// cuts made before: it runs on a goroutine of its own.
+	onOff func(cuts int)
 }
 
 // file is one inode: its contents as the running system sees them, as the
@@ -145,6 +148,9 @@ func (p *FS) powerOffLocked() {
 	if !p.off {
 		p.off = true
 		close(p.offc)
+		if p.onOff != nil {
+			go p.onOff(p.cuts)
+		}
 	}
 }
 
@@ -188,7 +194,7 @@ func (p *FS) Cut(plan Plan) CutReport {
 	p.powerOffLocked()
 	r := plan.Rand
 	if r == nil {
-		r = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		r = newRand(0)
 	}
 	var rep CutReport
 	// The last change written, of all files, is the one a tear can hit.
@@ -435,4 +441,12 @@ func (p *FS) Unmount() error {
 		return errors.New("powercut: not mounted")
 	}
 	return p.server.Unmount()
+}
+
+// newRand returns a source seeded by seed, or by chance when seed is 0.
+func newRand(seed uint64) *rand.Rand {
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	return rand.New(rand.NewPCG(seed, 0))
 }
