@@ -32,7 +32,8 @@ import (
 //
 //   - every Enqueue that returned is there, with its key;
 //   - every record is where it was last seen, or further on its way
-//     (pending may have settled; settled stays as it settled);
+//     (pending may have settled; settled stays as it settled; its
+//     attempts are never fewer than a reopen found);
 //   - nothing is sent without its key, and no key for another record's body;
 //   - no record whose Discard returned comes back, nor is sent again;
 //   - a Resubmit happened whole or not at all;
@@ -107,6 +108,9 @@ type seen struct {
 	state   queue.State
 	outcome idem.Outcome
 	resubAs queue.ID
+	// attempts is NumAttempts as a reopen found it: on the disk, so no
+	// later reopen may find fewer.
+	attempts int
 }
 
 func newCutModel() *cutModel {
@@ -233,6 +237,9 @@ func TestPowerCutsKeepWhatTheQueueAcknowledged(t *testing.T) {
 			t.Fatalf("round %d (seed %d) failed", round, seed)
 		}
 	}
+	entries, err := os.ReadDir(p.Dir())
+	require.NoError(t, err)
+	t.Logf("queue file %d bytes, %d files beside it", r.size(), len(entries)-1)
 	t.Logf("%d cuts in %v (%d during Open, %d compactions under a cut of which %d took the path, %d salvages under a cut, %d torn writes, %d cuts that landed some pending writes), %d sends, %d settles seen, %d records known, %d discarded",
 		r.cuts, time.Since(start).Round(time.Millisecond), r.cutInOpen, r.compactionCuts, r.compacted, r.salvages, r.torn, r.landedSome,
 		m.sendCount, r.settles, len(m.recs), len(m.discarded))
@@ -379,6 +386,9 @@ func (r *cutRun) check(q *queue.Queue) {
 		if w.state.Settled() && (got.State != w.state || got.Outcome != w.outcome) {
 			t.Errorf("record %d was seen %s/%s, is %s/%s", id, w.state, w.outcome, got.State, got.Outcome)
 		}
+		if got.NumAttempts < w.attempts {
+			t.Errorf("record %d had %d attempts, has %d", id, w.attempts, got.NumAttempts)
+		}
 		if got.State == queue.InFlight {
 			t.Errorf("record %d in flight after Open", id)
 		}
@@ -419,7 +429,7 @@ func (r *cutRun) check(q *queue.Queue) {
 				t.Errorf("record %d resubmitted as %d, which is not there: half a Resubmit", id, rec.ResubmittedAs)
 			}
 		}
-		m.recs[id] = &seen{key: key, serial: serial, state: rec.State, outcome: rec.Outcome, resubAs: rec.ResubmittedAs}
+		m.recs[id] = &seen{key: key, serial: serial, state: rec.State, outcome: rec.Outcome, resubAs: rec.ResubmittedAs, attempts: rec.NumAttempts}
 	}
 	// A copy made by Resubmit has a key of its own for its original's body:
 	// its original must name it.
@@ -713,6 +723,17 @@ func (r *cutRun) cleanDamaged() {
 			require.NoError(r.t, os.Remove(filepath.Join(r.p.Dir(), e.Name())))
 		}
 	}
+	// A removal reaches the disk with the directory's sync: without it
+	// a cut brings the files back, and they pile up.
+	syncDir(r.t, r.p.Dir())
+}
+
+// syncDir syncs directory dir.
+func syncDir(t *testing.T, dir string) {
+	d, err := os.Open(dir)
+	require.NoError(t, err)
+	require.NoError(t, d.Sync())
+	require.NoError(t, d.Close())
 }
 
 // bloat makes the file mostly free space, so that the next Open compacts
@@ -749,10 +770,7 @@ func (r *cutRun) bloat() {
 	require.NoError(t, q.Close())
 	// Close synced the file; the directory too, for a cut to keep the
 	// bloated file.
-	d, err := os.Open(r.p.Dir())
-	require.NoError(t, err)
-	require.NoError(t, d.Sync())
-	require.NoError(t, d.Close())
+	syncDir(t, r.p.Dir())
 }
 
 // size is the queue file's size, 0 if there is none.
