@@ -1,9 +1,9 @@
 // Package powercut is a file system for tests that can lose power at any
 // point: every write not yet synced is kept in memory only, and a cut drops
 // it, as a device that loses power drops what its disk had not yet written.
-// A test mounts it (FUSE, through go-fuse), opens the queue in it, arms a cut
-// at the n-th change, and reopens the queue after the cut to check what came
-// back.
+// A test starts it (Start: FUSE through go-fuse, served by a child process),
+// opens the queue in it, arms a cut at the n-th change, and reopens the queue
+// after the cut to check what came back.
 //
 // Killing a process cannot show this: the kernel keeps what the process
 // wrote in its page cache and writes it out later, so every write that

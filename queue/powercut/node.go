@@ -156,8 +156,9 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 }
 
 // Mount mounts an empty power-cut file system on dir, an empty directory,
-// with the power on. It needs /dev/fuse and the right to mount (root, or
-// fusermount3 on the PATH).
+// with the power on, served by this process. It needs /dev/fuse and the
+// right to mount (root, or fusermount3 on the PATH). A process that maps a
+// file of it, as bbolt does, must not serve it: use Start (see remote.go).
 func Mount(dir string) (*FS, error) {
 	p := newFS()
 	zero := time.Duration(0)
