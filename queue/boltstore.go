@@ -55,7 +55,7 @@ type boltStore struct {
 // checkStructure).
 func openBolt(path string, o Options, lf *os.File) (*boltStore, error) {
 	if !o.ReadOnly {
-		removeCompactions(path)
+		removeLeftovers(path)
 		if err := checkStructure(path); err != nil {
 			return nil, err
 		}

@@ -174,19 +174,22 @@ func compactSafely(dst, src *bolt.DB) (err error) {
 	return bolt.Compact(dst, src, 16<<20)
 }
 
-// removeCompactions removes the temporary files of compactions a crash
-// interrupted. Open calls it holding the lock file, and every compaction
-// runs under that lock, so none of them is another opener's work in
-// progress.
-func removeCompactions(path string) {
+// removeLeftovers removes the temporary files of compactions and salvages
+// a crash or a power cut interrupted (a salvage's fresh file is as large as
+// the queue's, and one is left at every salvage cut short). Open calls it
+// holding the lock file, and every compaction and salvage runs under that
+// lock, so none of them is another opener's work in progress.
+func removeLeftovers(path string) {
 	entries, err := os.ReadDir(filepath.Dir(path))
 	if err != nil {
 		return
 	}
-	prefix := filepath.Base(path) + compactSuffix
+	base := filepath.Base(path)
 	for _, e := range entries {
-		if name := e.Name(); strings.HasPrefix(name, prefix) && !e.IsDir() {
-			os.Remove(filepath.Join(filepath.Dir(path), name))
+		name := e.Name()
+		if e.IsDir() || !(strings.HasPrefix(name, base+compactSuffix) || strings.HasPrefix(name, base+salvageSuffix+"-")) {
+			continue
 		}
+		os.Remove(filepath.Join(filepath.Dir(path), name))
 	}
 }

@@ -231,3 +231,22 @@ func TestOpenRemovesCompactionLeftovers(t *testing.T) {
 	_, err := os.Stat(path + ".other")
 	assert.NoError(t, err)
 }
+
+// TestOpenRemovesSalvageLeftovers: a salvage's fresh file that a crash or
+// a power cut left before it took the path (found by the power-cut test,
+// queue/powercut) is removed by the next Open, as a compaction's is:
+// Salvage runs under the lock too. The damaged file a salvage keeps is the
+// operator's and stays.
+func TestOpenRemovesSalvageLeftovers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	left := path + salvageSuffix + "-123"
+	kept := path + keptSuffix + "20260101T000000Z"
+	for _, name := range []string{left, kept} {
+		require.NoError(t, os.WriteFile(name, []byte("x"), 0o600))
+	}
+	reopen(t, path, Options{})
+	_, err := os.Stat(left)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the salvage's leftover")
+	_, err = os.Stat(kept)
+	assert.NoError(t, err, "the damaged file kept")
+}

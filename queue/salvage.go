@@ -60,6 +60,11 @@ func (r SalvageReport) Sound() bool { return r.NumProblems == 0 }
 // the damaged file it replaces; the time of the salvage follows.
 const keptSuffix = ".damaged-"
 
+// salvageSuffix starts the name, after the queue file's, of the fresh file
+// a salvage writes before it takes the path; a random part follows. One
+// left by a crash is removed by the next Open (see removeLeftovers).
+const salvageSuffix = ".salvage"
+
 // Salvage recovers the queue file at path when its structure is damaged,
 // which Open refuses (ErrDamaged): it reads the file without bbolt, page by
 // page, following its tree as the last commit left it, and copies every
@@ -291,7 +296,7 @@ func furtherOn(a, b *Record) bool {
 // and keeps the damaged file beside it; lf is the lock file, whose commit
 // mark it resets for the fresh file.
 func (s *salvaged) write(path string, o Options, lf *os.File) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".salvage-*")
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+salvageSuffix+"-*")
 	if err != nil {
 		return fmt.Errorf("queue: salvage: %w", err)
 	}
