@@ -177,12 +177,16 @@ func (st *boltStore) guard(fn func() error) error {
 //
 // A store broken by a panic inside bbolt (see broke) writes nothing more: a
 // write panics or fails on damaged pages, or damages them further. A
-// transaction that panicked breaks it.
+// transaction that panicked breaks it, and so does a commit that failed
+// (see commitError); an error of fn's own only rolls its part back.
 func (st *boltStore) write(fn func(*bolt.Tx) error) error {
 	if err := st.brokenErr(); err != nil {
 		return err
 	}
 	err := st.commits.do(st.db, fn)
+	if ce := (*commitError)(nil); errors.As(err, &ce) {
+		return st.broke(err)
+	}
 	if errors.Is(err, errPanicked) {
 		if !errors.Is(err, ErrDamaged) {
 			err = fmt.Errorf("%w: %s: %w", ErrDamaged, st.path, err)
@@ -193,8 +197,15 @@ func (st *boltStore) write(fn func(*bolt.Tx) error) error {
 }
 
 // view runs fn in a read transaction. A panic inside bbolt, or a fault
-// reading its mapping, becomes ErrDamaged and breaks the store.
+// reading its mapping, becomes ErrDamaged and breaks the store. A store
+// broken by a failed commit reads nothing: bbolt may show that commit,
+// which the disk may not hold.
 func (st *boltStore) view(fn func(*bolt.Tx) error) (err error) {
+	if err := st.brokenErr(); err != nil {
+		if ce := (*commitError)(nil); errors.As(err, &ce) {
+			return err
+		}
+	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
