@@ -14,12 +14,14 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// TestCommitFailureBreaksStore fails a commit of bbolt's own: the file's
-// descriptor is swapped, under bbolt, for one that cannot write, as a disk
-// that answers EIO does. The Enqueue is not acknowledged, and from then on
-// every call, reads too, says the file is damaged; a reopen shows what the
-// file holds. (queue/powercut fails the commit's fdatasync itself.)
-func TestCommitFailureBreaksStore(t *testing.T) {
+// TestCommitFailureBeforeMetaKeepsStore fails a commit of bbolt's own
+// before its meta page: the file's descriptor is swapped, under bbolt, for
+// one that cannot write, as a full disk refuses pages. bbolt rolls the
+// commit back whole, so the Enqueue is not acknowledged, no read shows it,
+// and the store is not taken for damaged: reads go on, and a reopen shows
+// the same. (queue/powercut fails the meta page's fdatasync, which does
+// break the store.)
+func TestCommitFailureBeforeMetaKeepsStore(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
 	var dbFile *os.File
 	opts := Options{openFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
@@ -42,27 +44,25 @@ func TestCommitFailureBreaksStore(t *testing.T) {
 
 	_, err = q.Enqueue(ctx, post(t, url, 2, idem.WithKey("k-2")))
 	require.Error(t, err, "a commit that failed must not be acknowledged")
-	assert.ErrorIs(t, err, ErrDamaged)
 	assert.ErrorIs(t, err, syscall.EBADF, "the error says why")
-	assert.ErrorContains(t, err, "a commit failed")
-	assert.ErrorContains(t, err, path)
+	assert.NotErrorIs(t, err, ErrDamaged, "a commit rolled back whole is no damage")
 
 	_, err = q.Get(ctx, kept)
-	assert.ErrorIs(t, err, ErrDamaged, "Get after a failed commit")
-	_, err = q.List(ctx, 0, 0, 10)
-	assert.ErrorIs(t, err, ErrDamaged, "List after a failed commit")
-	_, err = q.Enqueue(ctx, post(t, url, 3, idem.WithKey("k-3")))
-	assert.ErrorIs(t, err, ErrDamaged, "Enqueue after a failed commit")
+	assert.NoError(t, err, "Get after a commit rolled back")
+	keys := func() []string {
+		got, err := q.List(ctx, 0, 0, 10)
+		require.NoError(t, err)
+		var keys []string
+		for _, r := range got {
+			keys = append(keys, r.Intent.Key())
+		}
+		return keys
+	}
+	assert.Equal(t, []string{"k-1"}, keys(), "List after a commit rolled back")
 	require.NoError(t, q.Close())
 
 	q = reopen(t, path, Options{})
-	got, err := q.List(ctx, 0, 0, 10)
-	require.NoError(t, err)
-	var keys []string
-	for _, r := range got {
-		keys = append(keys, r.Intent.Key())
-	}
-	assert.Equal(t, []string{"k-1"}, keys, "after the reopen")
+	assert.Equal(t, []string{"k-1"}, keys(), "after the reopen")
 	_, err = q.Enqueue(ctx, post(t, url, 4, idem.WithKey("k-4")))
 	assert.NoError(t, err, "Enqueue after the reopen")
 }
