@@ -44,9 +44,18 @@ type boltStore struct {
 	hwm     time.Time // the latest wall time seen, persisted at each lease
 	damaged []*Record // quarantined by Open, for Run to report
 
-	// broken is set, once, by a panic inside bbolt: the file is damaged and
-	// nothing writes to it again (see write).
+	// broken is set, once, by a panic inside bbolt or a commit that failed:
+	// nothing writes to the file again (see write).
 	broken atomic.Pointer[error]
+
+	// bbolt shows a commit to readers once its meta page is written, before
+	// its fdatasync returns, which may fail. So a read that finds a commit
+	// newer than durable waits for it (see view). syncMu guards durable, the
+	// transaction ID of the last commit whose sync returned; synced is
+	// signalled when durable moves on or the store breaks.
+	syncMu  sync.Mutex
+	synced  sync.Cond
+	durable uint64
 }
 
 // openBolt opens the file at path, whose lock file lf is locked, and
@@ -70,7 +79,9 @@ func openBolt(path string, o Options, lf *os.File) (*boltStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &boltStore{db: db, lock: lf, path: path, opts: o}
+	st := &boltStore{lock: lf, path: path, opts: o}
+	st.synced.L = &st.syncMu
+	st.adopt(db)
 	st.commits.committed = st.marked
 	if !o.ReadOnly {
 		if err := st.checkMark(); err != nil {
@@ -137,9 +148,38 @@ func (st *boltStore) Close() error {
 	return err
 }
 
-// marked writes txid, a commit that succeeded, as the commit mark.
+// marked notes txid, a commit that succeeded, as durable, and writes it as
+// the commit mark.
 func (st *boltStore) marked(txid uint64) {
+	st.madeDurable(txid)
 	_ = writeMark(st.lock, txid) // a mark left behind is harmless
+}
+
+// adopt makes db, as opened, the store's file: what it holds is what the
+// disk holds.
+func (st *boltStore) adopt(db *bolt.DB) {
+	var txid int
+	_ = db.View(func(tx *bolt.Tx) error { txid = tx.ID(); return nil })
+	st.db = db
+	st.madeDurable(uint64(txid))
+}
+
+// madeDurable sets durable to txid (a compaction starts the IDs again) and
+// wakes the reads waiting for it.
+func (st *boltStore) madeDurable(txid uint64) {
+	st.syncMu.Lock()
+	st.durable = txid
+	st.syncMu.Unlock()
+	st.synced.Broadcast()
+}
+
+// awaitDurable waits until commit txid is durable or the store is broken.
+func (st *boltStore) awaitDurable(txid uint64) {
+	st.syncMu.Lock()
+	defer st.syncMu.Unlock()
+	for st.durable < txid && st.brokenErr() == nil {
+		st.synced.Wait()
+	}
 }
 
 // checkMark refuses a file that lacks commits that returned (see
@@ -177,12 +217,16 @@ func (st *boltStore) guard(fn func() error) error {
 //
 // A store broken by a panic inside bbolt (see broke) writes nothing more: a
 // write panics or fails on damaged pages, or damages them further. A
-// transaction that panicked breaks it.
+// transaction that panicked breaks it, and so does a commit that failed
+// (see commitError); an error of fn's own only rolls its part back.
 func (st *boltStore) write(fn func(*bolt.Tx) error) error {
 	if err := st.brokenErr(); err != nil {
 		return err
 	}
 	err := st.commits.do(st.db, fn)
+	if ce := (*commitError)(nil); errors.As(err, &ce) {
+		return st.broke(err)
+	}
 	if errors.Is(err, errPanicked) {
 		if !errors.Is(err, ErrDamaged) {
 			err = fmt.Errorf("%w: %s: %w", ErrDamaged, st.path, err)
@@ -194,6 +238,10 @@ func (st *boltStore) write(fn func(*bolt.Tx) error) error {
 
 // view runs fn in a read transaction. A panic inside bbolt, or a fault
 // reading its mapping, becomes ErrDamaged and breaks the store.
+//
+// fn reads only commits whose sync returned: a read that finds one still
+// syncing waits for it, and a store broken by a failed commit reads
+// nothing, since bbolt may show that commit, which the disk may not hold.
 func (st *boltStore) view(fn func(*bolt.Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -201,13 +249,43 @@ func (st *boltStore) view(fn func(*bolt.Tx) error) (err error) {
 			err = st.broke(fmt.Errorf("%w: %s: reading panicked: %v", ErrDamaged, st.path, p))
 		}
 	}()
-	return st.db.View(fn)
+	for {
+		broken := st.brokenErr()
+		if ce := (*commitError)(nil); errors.As(broken, &ce) {
+			return broken
+		}
+		var syncing uint64
+		err = st.db.View(func(tx *bolt.Tx) error {
+			// A store broken otherwise commits nothing more: it reads what
+			// it has.
+			if id := uint64(tx.ID()); broken == nil && id > st.durableTxid() {
+				syncing = id
+				return nil
+			}
+			return fn(tx)
+		})
+		if syncing == 0 {
+			return err
+		}
+		st.awaitDurable(syncing)
+	}
+}
+
+// durableTxid returns durable.
+func (st *boltStore) durableTxid() uint64 {
+	st.syncMu.Lock()
+	defer st.syncMu.Unlock()
+	return st.durable
 }
 
 // broke marks the store broken by cause, an error wrapping ErrDamaged:
 // nothing writes to its file again. It returns the first cause.
 func (st *boltStore) broke(cause error) error {
-	st.broken.CompareAndSwap(nil, &cause)
+	if st.broken.CompareAndSwap(nil, &cause) {
+		st.syncMu.Lock() // a read about to wait sees broken, or is woken
+		st.syncMu.Unlock()
+		st.synced.Broadcast()
+	}
 	return *st.broken.Load()
 }
 

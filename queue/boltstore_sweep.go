@@ -149,7 +149,7 @@ func (st *boltStore) compact() error {
 		if oerr != nil {
 			return oerr
 		}
-		st.db = db
+		st.adopt(db)
 		return nil // compaction is an optimisation; the old file is intact
 	}
 	syncDir(st.path)
@@ -157,7 +157,7 @@ func (st *boltStore) compact() error {
 	if err != nil {
 		return err
 	}
-	st.db = db
+	st.adopt(db)
 	return nil
 }
 

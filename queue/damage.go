@@ -99,7 +99,10 @@ func headerID(data []byte) ID {
 
 // update runs fn in db.Update, bbolt's commit included, turning a panic
 // into an error wrapping ErrDamaged and errPanicked. A panic that comes
-// from fn itself is caught by safely and is fn's own.
+// from fn itself is caught by safely and is fn's own. An error of bbolt's
+// commit itself, once fn returned nil, that leaves the commit seen by
+// readers is a *commitError; fn's own error, and a commit bbolt rolled back
+// whole, are returned as they are.
 func update(db *bolt.DB, fn func(*bolt.Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -107,5 +110,44 @@ func update(db *bolt.DB, fn func(*bolt.Tx) error) (err error) {
 			err = fmt.Errorf("%w: %s: commit %w: %v", ErrDamaged, db.Path(), errPanicked, p)
 		}
 	}()
-	return db.Update(fn)
+	fnDone, txid := false, 0
+	err = db.Update(func(tx *bolt.Tx) error {
+		err := fn(tx)
+		fnDone, txid = err == nil, tx.ID()
+		return err
+	})
+	if err != nil && fnDone && shows(db, txid) {
+		return &commitError{path: db.Path(), err: err}
+	}
+	return err
 }
+
+// shows says whether db's readers see commit txid. A commit that failed
+// before its meta page was written (a page write or its sync: a full disk)
+// is rolled back whole and is not seen; one whose meta page was written but
+// not synced is, though the disk may not hold it.
+func shows(db *bolt.DB, txid int) bool {
+	seen := 0
+	_ = db.View(func(tx *bolt.Tx) error { seen = tx.ID(); return nil })
+	return seen >= txid
+}
+
+// commitError is the error of a bbolt commit that failed after its meta
+// page was written (its write or fdatasync failed: EIO). Such a commit may
+// be half on the disk while bbolt goes on reading it: a meta page written
+// before a failed fdatasync is the newest bbolt sees, and the next commit
+// would build on it. So, as PostgreSQL does on a failed fsync, the
+// store takes it for damage (see boltStore.write): it writes and reads
+// nothing more, and only a reopen, which reads what the file holds, goes
+// on. It wraps ErrDamaged and the commit's error.
+type commitError struct {
+	path string
+	err  error
+}
+
+func (e *commitError) Error() string {
+	return fmt.Sprintf("%v: %s: a commit failed (%v): what is on disk is not known; close the queue and open it again",
+		ErrDamaged, e.path, e.err)
+}
+
+func (e *commitError) Unwrap() []error { return []error{ErrDamaged, e.err} }

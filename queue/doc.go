@@ -229,6 +229,15 @@
 // or inside bbolt's own commit, becomes ErrDamaged, and from then on the
 // Queue writes nothing more to that file; close it and Salvage it.
 //
+// A commit that fails in bbolt before its meta page is written (a full
+// disk, EIO on its pages) is rolled back whole: the call returns the error
+// and the Queue goes on. One that fails after (the meta page's write or
+// fdatasync answering EIO) is taken as PostgreSQL takes a failed fsync:
+// bbolt would go on reading, and building on, a meta page the disk may not
+// hold, so the failed call and every later one, reads too, return
+// ErrDamaged ("a commit failed"); close the Queue and open it again, which
+// reads what the file holds. No read sees a commit before its sync returns.
+//
 // A URL's query, fragment and user info, and an intent's key, may be
 // secrets: the queue's errors name an intent by its method and its URL
 // without them, as the root package's do, and a refused

@@ -42,9 +42,10 @@ var (
 	ErrReadOnly = errors.New("queue: opened read-only")
 	// ErrDamaged is returned by Open, and by reads, when the file or a
 	// record in it is damaged, or the file lacks commits the queue
-	// acknowledged. Open never writes to a file it cannot read;
-	// a damaged record in a readable file it quarantines instead (see
-	// Record.Damaged).
+	// acknowledged; and by every call after a commit failed once its meta
+	// page was written (see the package doc's Damage). Open never writes to
+	// a file it cannot read; a damaged record in a readable file it
+	// quarantines instead (see Record.Damaged).
 	ErrDamaged = errors.New("queue: file damaged")
 	// ErrNewerVersion is wrapped, beside ErrDamaged, by the error of a
 	// record whose binary form is of a version newer than this build

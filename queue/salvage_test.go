@@ -199,7 +199,10 @@ func TestBoltPanicBecomesDamaged(t *testing.T) {
 	require.NoError(t, err)
 	db, err := openDB(path, o)
 	require.NoError(t, err)
-	st := &boltStore{db: db, path: path, opts: o}
+	st := &boltStore{path: path, opts: o}
+	st.synced.L = &st.syncMu
+	st.adopt(db)
+	st.commits.committed = st.madeDurable
 	var errs []error
 	for id := ID(1); id <= 300 && (len(errs) == 0 || errs[len(errs)-1] == nil); id++ {
 		// As a drainer's commits would: each record rewritten in turn.

@@ -649,13 +649,8 @@ func (r *cutRun) waitSome(ctx context.Context, q *queue.Queue) {
 			}
 			require.NoError(r.t, err, "Wait with the power on")
 		}
-		if r.p.IsOff() {
-			// Once a commit has failed, bbolt reads the meta page it wrote
-			// before the failed sync: a record read then may be settled by
-			// a commit that never returned. Only what was read with the
-			// power on is acknowledged.
-			return
-		}
+		// A record Wait returned is acknowledged, even as the power goes:
+		// the queue reads no commit whose sync has not returned.
 		r.m.mu.Lock()
 		if w := r.m.recs[id]; w != nil {
 			w.state, w.outcome = rec.State, rec.Outcome
