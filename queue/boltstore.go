@@ -50,12 +50,13 @@ type boltStore struct {
 
 	// bbolt shows a commit to readers once its meta page is written, before
 	// its fdatasync returns, which may fail. So a read that finds a commit
-	// newer than durable waits for it (see view). syncMu guards durable, the
-	// transaction ID of the last commit whose sync returned; synced is
-	// signalled when durable moves on or the store breaks.
+	// newer than durable waits for it (see view). durable is the transaction
+	// ID of the last commit whose sync returned, read without a lock on
+	// every read; it moves under syncMu, and synced is signalled when it
+	// moves or the store breaks.
 	syncMu  sync.Mutex
 	synced  sync.Cond
-	durable uint64
+	durable atomic.Uint64
 }
 
 // openBolt opens the file at path, whose lock file lf is locked, and
@@ -168,7 +169,7 @@ func (st *boltStore) adopt(db *bolt.DB) {
 // wakes the reads waiting for it.
 func (st *boltStore) madeDurable(txid uint64) {
 	st.syncMu.Lock()
-	st.durable = txid
+	st.durable.Store(txid)
 	st.syncMu.Unlock()
 	st.synced.Broadcast()
 }
@@ -177,7 +178,7 @@ func (st *boltStore) madeDurable(txid uint64) {
 func (st *boltStore) awaitDurable(txid uint64) {
 	st.syncMu.Lock()
 	defer st.syncMu.Unlock()
-	for st.durable < txid && st.brokenErr() == nil {
+	for st.durable.Load() < txid && st.brokenErr() == nil {
 		st.synced.Wait()
 	}
 }
@@ -258,7 +259,7 @@ func (st *boltStore) view(fn func(*bolt.Tx) error) (err error) {
 		err = st.db.View(func(tx *bolt.Tx) error {
 			// A store broken otherwise commits nothing more: it reads what
 			// it has.
-			if id := uint64(tx.ID()); broken == nil && id > st.durableTxid() {
+			if id := uint64(tx.ID()); broken == nil && id > st.durable.Load() {
 				syncing = id
 				return nil
 			}
@@ -269,13 +270,6 @@ func (st *boltStore) view(fn func(*bolt.Tx) error) (err error) {
 		}
 		st.awaitDurable(syncing)
 	}
-}
-
-// durableTxid returns durable.
-func (st *boltStore) durableTxid() uint64 {
-	st.syncMu.Lock()
-	defer st.syncMu.Unlock()
-	return st.durable
 }
 
 // broke marks the store broken by cause, an error wrapping ErrDamaged:
