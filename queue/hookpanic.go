@@ -51,10 +51,13 @@ type hookPanic struct {
 // recovers; a panic in the queue's own code goes on.
 func (d *drainEnd) guard(f func()) (hp *hookPanic) {
 	defer func() {
-		if d.in != inIdem {
-			hp = &hookPanic{in: d.in, value: recover(), site: panicSite()}
-			d.in = inIdem
+		if d.in == inIdem {
+			return // the queue's own code: the panic goes on
 		}
+		if v := recover(); v != nil { // since Go 1.21, panic(nil) recovers non-nil too
+			hp = &hookPanic{in: d.in, value: v, site: panicSite()}
+		}
+		d.in = inIdem
 	}()
 	f()
 	return nil
